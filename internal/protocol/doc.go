@@ -1,0 +1,63 @@
+// Package protocol holds the version-1 wire contract between dispatchers and
+// workers: message types, subject and stream names, header names and a strict
+// call decoder. It is a leaf package: it imports nothing else of Capstan, never
+// logs and never performs I/O.
+package protocol
+
+// Version is the value of the Capstan-Protocol header on every message.
+const Version = "1"
+
+// Header names. traceparent and tracestate are lower-case exactly, because
+// nats.Header lookups are case-sensitive.
+const (
+	HeaderMsgID            = "Nats-Msg-Id"
+	HeaderProtocol         = "Capstan-Protocol"
+	HeaderTraceparent      = "traceparent"
+	HeaderTracestate       = "tracestate"
+	HeaderBaggage          = "baggage"
+	HeaderDeadReason       = "Capstan-Dead-Reason"
+	HeaderDeliveries       = "Capstan-Deliveries"
+	HeaderOriginalSubject  = "Capstan-Original-Subject"
+	HeaderDeadAt           = "Capstan-Dead-At"
+	ResultMsgIDSuffix      = ".result"
+	MaxCallBytes           = 1 << 20
+	DefaultPrefix          = "capstan"
+	DefaultPool            = "default"
+	DefaultPlatform        = "api"
+	DefaultTurnBudgetChars = 80000
+)
+
+// Code is the failure class of a result.
+type Code string
+
+// The four result codes of protocol.md.
+const (
+	CodeInputInvalid    Code = "input_invalid"
+	CodeNotAvailable    Code = "not_available"
+	CodeExecutionFailed Code = "execution_failed"
+	CodeStaleWrite      Code = "STALE_WRITE"
+)
+
+// Valid reports whether c is one of the four protocol codes.
+func (c Code) Valid() bool {
+	switch c {
+	case CodeInputInvalid, CodeNotAvailable, CodeExecutionFailed, CodeStaleWrite:
+		return true
+	}
+	return false
+}
+
+// Audience is who a progress event is for; it is also a subject token.
+type Audience string
+
+// The three audiences. AudienceInternal is the default.
+const (
+	AudienceInternal  Audience = "internal"
+	AudienceUser      Audience = "user"
+	AudienceDashboard Audience = "dashboard"
+)
+
+// Valid reports whether a is one of the three audiences.
+func (a Audience) Valid() bool {
+	return a == AudienceInternal || a == AudienceUser || a == AudienceDashboard
+}

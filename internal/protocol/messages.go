@@ -1,0 +1,164 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Call is a tool call as published on <p>.call.<pool>.<tool>. Unknown fields
+// are ignored on decode. A call can never carry policy: capabilities and the
+// personality document come only from the workers' configuration.
+type Call struct {
+	CallID            string          `json:"call_id"`
+	BatchID           string          `json:"batch_id,omitempty"`
+	Tool              string          `json:"tool"`
+	Args              json.RawMessage `json:"args"`
+	SessionID         string          `json:"session_id"`
+	SessionKey        string          `json:"session_key,omitempty"`
+	Platform          string          `json:"platform,omitempty"`
+	WorkingDir        string          `json:"working_dir,omitempty"`
+	PersonalityID     string          `json:"personality_id,omitempty"`
+	AgentID           string          `json:"agent_id,omitempty"`
+	TeamID            string          `json:"team_id,omitempty"`
+	MemoryScopeID     string          `json:"memory_scope_id,omitempty"`
+	CurrentTurn       int64           `json:"current_turn,omitempty"`
+	MessageCount      int64           `json:"message_count,omitempty"`
+	ResultBudgetChars int64           `json:"result_budget_chars,omitempty"`
+	DryRun            bool            `json:"dry_run,omitempty"`
+	Deadline          *time.Time      `json:"deadline,omitempty"`
+	TimeoutMS         int64           `json:"timeout_ms,omitempty"`
+	// ExcludeTools and NarrowTools keep the difference between absent (nil) and
+	// empty: an empty narrow_tools narrows to nothing.
+	ExcludeTools []string `json:"exclude_tools,omitzero"`
+	NarrowTools  []string `json:"narrow_tools,omitzero"`
+}
+
+// EffectiveBatchID returns batch_id, or call_id when the call has none.
+func (c *Call) EffectiveBatchID() string {
+	if c.BatchID == "" {
+		return c.CallID
+	}
+	return c.BatchID
+}
+
+// Result is the one answer to a call, published on <p>.result.<batch>.<call>.
+type Result struct {
+	CallID        string          `json:"call_id"`
+	BatchID       string          `json:"batch_id"`
+	Tool          string          `json:"tool"`
+	OK            bool            `json:"ok"`
+	Value         string          `json:"value"`
+	Structured    json.RawMessage `json:"structured,omitempty"`
+	CostUSD       *float64        `json:"cost_usd,omitempty"`
+	Code          Code            `json:"code,omitempty"`
+	Error         string          `json:"error,omitempty"`
+	RetryAfterMS  int64           `json:"retry_after_ms,omitempty"`
+	Truncated     bool            `json:"truncated,omitempty"`
+	OriginalChars int             `json:"original_chars,omitempty"`
+	Untrusted     bool            `json:"untrusted,omitempty"`
+	DurationMS    int64           `json:"duration_ms"`
+	WorkerID      string          `json:"worker_id,omitempty"`
+	Deliveries    int             `json:"deliveries,omitempty"`
+}
+
+// MarshalJSON writes value only for ok results and error/code only for failures.
+func (r Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	type okShape struct {
+		plain
+		Code  Code   `json:"code,omitempty"`
+		Error string `json:"error,omitempty"`
+	}
+	type failShape struct {
+		plain
+		Value string `json:"value,omitempty"`
+	}
+	if r.OK {
+		p := plain(r)
+		p.Code, p.Error = "", ""
+		return json.Marshal(okShape{plain: p})
+	}
+	return json.Marshal(failShape{plain: plain(r)})
+}
+
+// Failure builds a failed result for call with the given code and message.
+func Failure(call *Call, code Code, msg string) Result {
+	return Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, Code: code, Error: msg}
+}
+
+// Progress is a progress event on <p>.progress.<audience>.<batch>.<call>.
+type Progress struct {
+	Type     string    `json:"type"`
+	CallID   string    `json:"call_id"`
+	BatchID  string    `json:"batch_id"`
+	ToolName string    `json:"tool_name"`
+	Message  string    `json:"message"`
+	Percent  *float64  `json:"percent,omitempty"`
+	Audience Audience  `json:"audience"`
+	Seq      int64     `json:"seq"`
+	Time     time.Time `json:"time"`
+}
+
+// ProgressType is the value of Progress.Type.
+const ProgressType = "progress"
+
+// CancelRequest is the optional body of a cancel message.
+type CancelRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// Decision values of an audit record: "allowed", or the gate that refused the call.
+const (
+	DecisionAllowed     = "allowed"
+	DecisionDecode      = "decode"
+	DecisionCancelled   = "cancelled"
+	DecisionDeadline    = "deadline"
+	DecisionUnknownTool = "unknown_tool"
+	DecisionExcluded    = "exclude_tools"
+	DecisionPersonality = "personality"
+	DecisionToolset     = "toolset"
+	DecisionPermission  = "permission"
+	DecisionAvailable   = "availability"
+	DecisionRateLimit   = "rate_limit"
+	DecisionSchema      = "schema"
+	DecisionCapability  = "capability"
+	DecisionDryRun      = "dry_run"
+	DecisionAbandoned   = "abandoned"
+)
+
+// AuditRecord is written once per call on <p>.audit.<tool>. It never holds
+// argument or secret values: only the arguments' SHA-256 and size.
+type AuditRecord struct {
+	Time          time.Time `json:"time"`
+	CallID        string    `json:"call_id"`
+	BatchID       string    `json:"batch_id"`
+	SessionID     string    `json:"session_id,omitempty"`
+	PersonalityID string    `json:"personality_id,omitempty"`
+	Tool          string    `json:"tool"`
+	Decision      string    `json:"decision"`
+	Denials       []string  `json:"denials,omitempty"`
+	OK            bool      `json:"ok"`
+	Code          Code      `json:"code,omitempty"`
+	DurationMS    int64     `json:"duration_ms"`
+	WorkerID      string    `json:"worker_id"`
+	Deliveries    int       `json:"deliveries,omitempty"`
+	ArgsSHA256    string    `json:"args_sha256"`
+	ArgsBytes     int       `json:"args_bytes"`
+}
+
+// CatalogEntry is a tool's definition in the capstan_tools bucket, keyed by name.
+type CatalogEntry struct {
+	Name              string          `json:"name"`
+	Description       string          `json:"description"`
+	Schema            json.RawMessage `json:"schema"`
+	Toolset           string          `json:"toolset"`
+	Capabilities      json.RawMessage `json:"capabilities"`
+	Permissions       []string        `json:"permissions"`
+	OutputIsUntrusted bool            `json:"output_is_untrusted"`
+	AlwaysInclude     bool            `json:"always_include"`
+	MaxResultChars    int             `json:"max_result_chars"`
+	Plugin            string          `json:"plugin,omitempty"`
+	Pool              string          `json:"pool"`
+	Workers           []string        `json:"workers"`
+	Updated           time.Time       `json:"updated"`
+}

@@ -1,0 +1,208 @@
+package protocol
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Names derives every subject, stream and bucket name from one prefix, so two
+// prefixes can share a NATS account. The zero value is not usable; call NewNames.
+type Names struct {
+	prefix string
+}
+
+// NewNames returns the names for prefix ("" means DefaultPrefix). The prefix must
+// be a valid token.
+func NewNames(prefix string) (Names, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := CheckToken("subject prefix", prefix); err != nil {
+		return Names{}, err
+	}
+	return Names{prefix: prefix}, nil
+}
+
+// MustNames is NewNames for constants known to be valid; it panics otherwise.
+func MustNames(prefix string) Names {
+	n, err := NewNames(prefix)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// Prefix returns the subject prefix.
+func (n Names) Prefix() string { return n.prefix }
+
+func (n Names) stream(suffix string) string { return strings.ToUpper(n.prefix) + "_" + suffix }
+func (n Names) bucket(suffix string) string { return n.prefix + "_" + suffix }
+
+// Stream names.
+func (n Names) CallsStream() string    { return n.stream("CALLS") }
+func (n Names) ResultsStream() string  { return n.stream("RESULTS") }
+func (n Names) ProgressStream() string { return n.stream("PROGRESS") }
+func (n Names) DLQStream() string      { return n.stream("DLQ") }
+func (n Names) AuditStream() string    { return n.stream("AUDIT") }
+
+// Public bucket names (clients may read and write them).
+func (n Names) PersonalitiesBucket() string { return n.bucket("personalities") }
+func (n Names) ToolsBucket() string         { return n.bucket("tools") }
+
+// Internal bucket names (workers only; documented in docs/protocol.md).
+func (n Names) CancelsBucket() string     { return n.bucket("cancels") }
+func (n Names) CompletionsBucket() string { return n.bucket("completions") }
+func (n Names) LeasesBucket() string      { return n.bucket("leases") }
+func (n Names) WorkersBucket() string     { return n.bucket("workers") }
+func (n Names) RateLimitsBucket() string  { return n.bucket("ratelimits") }
+func (n Names) FailuresBucket() string    { return n.bucket("failures") }
+
+// CallsFilter is the filter subject of the calls stream: <p>.call.>.
+func (n Names) CallsFilter() string { return n.prefix + ".call.>" }
+
+// PoolFilter is the filter subject of a pool's durable consumer: <p>.call.<pool>.>.
+func (n Names) PoolFilter(pool string) (string, error) {
+	if err := CheckToken("pool", pool); err != nil {
+		return "", err
+	}
+	return n.prefix + ".call." + pool + ".>", nil
+}
+
+// CallSubject returns <p>.call.<pool>.<tool>.
+func (n Names) CallSubject(pool, tool string) (string, error) {
+	if err := CheckToken("pool", pool); err != nil {
+		return "", err
+	}
+	if err := CheckToken("tool", tool); err != nil {
+		return "", err
+	}
+	return n.prefix + ".call." + pool + "." + tool, nil
+}
+
+// ParseCallSubject splits <p>.call.<pool>.<tool> into pool and tool.
+func (n Names) ParseCallSubject(subject string) (pool, tool string, err error) {
+	rest, ok := strings.CutPrefix(subject, n.prefix+".call.")
+	if !ok {
+		return "", "", fmt.Errorf("subject %q is not a call subject", subject)
+	}
+	pool, tool, ok = strings.Cut(rest, ".")
+	if !ok || !ValidToken(pool) || !ValidToken(tool) {
+		return "", "", fmt.Errorf("subject %q is not <prefix>.call.<pool>.<tool>", subject)
+	}
+	return pool, tool, nil
+}
+
+// ResultsFilter is the filter subject of the results stream.
+func (n Names) ResultsFilter() string { return n.prefix + ".result.>" }
+
+// ResultSubject returns <p>.result.<batch>.<call>.
+func (n Names) ResultSubject(batch, call string) (string, error) {
+	if err := CheckToken("batch_id", batch); err != nil {
+		return "", err
+	}
+	if err := CheckToken("call_id", call); err != nil {
+		return "", err
+	}
+	return n.prefix + ".result." + batch + "." + call, nil
+}
+
+// BatchResultsFilter returns <p>.result.<batch>.> (batch "" means every batch: *).
+func (n Names) BatchResultsFilter(batch string) (string, error) {
+	if batch == "" {
+		return n.prefix + ".result.*.>", nil
+	}
+	if err := CheckToken("batch_id", batch); err != nil {
+		return "", err
+	}
+	return n.prefix + ".result." + batch + ".>", nil
+}
+
+// CallResultFilter returns <p>.result.*.<call>, matching a call's result in any batch.
+func (n Names) CallResultFilter(call string) (string, error) {
+	if err := CheckToken("call_id", call); err != nil {
+		return "", err
+	}
+	return n.prefix + ".result.*." + call, nil
+}
+
+// ProgressFilter is the filter subject of the progress stream.
+func (n Names) ProgressFilter() string { return n.prefix + ".progress.>" }
+
+// ProgressSubject returns <p>.progress.<audience>.<batch>.<call>.
+func (n Names) ProgressSubject(a Audience, batch, call string) (string, error) {
+	if !a.Valid() {
+		return "", fmt.Errorf("audience %q must be internal, user or dashboard", a)
+	}
+	if err := CheckToken("batch_id", batch); err != nil {
+		return "", err
+	}
+	if err := CheckToken("call_id", call); err != nil {
+		return "", err
+	}
+	return n.prefix + ".progress." + string(a) + "." + batch + "." + call, nil
+}
+
+// ProgressTail returns the filter for progress events of one audience ("" = every
+// audience) and one batch ("" = every batch).
+func (n Names) ProgressTail(a Audience, batch string) (string, error) {
+	aud := "*"
+	if a != "" {
+		if !a.Valid() {
+			return "", fmt.Errorf("audience %q must be internal, user or dashboard", a)
+		}
+		aud = string(a)
+	}
+	b := "*"
+	if batch != "" {
+		if err := CheckToken("batch_id", batch); err != nil {
+			return "", err
+		}
+		b = batch
+	}
+	return n.prefix + ".progress." + aud + "." + b + ".*", nil
+}
+
+// CancelSubject returns <p>.cancel.<call>.
+func (n Names) CancelSubject(call string) (string, error) {
+	if err := CheckToken("call_id", call); err != nil {
+		return "", err
+	}
+	return n.prefix + ".cancel." + call, nil
+}
+
+// CancelFilter is <p>.cancel.* (core NATS, every worker subscribes).
+func (n Names) CancelFilter() string { return n.prefix + ".cancel.*" }
+
+// ParseCancelSubject returns the call id of <p>.cancel.<call>.
+func (n Names) ParseCancelSubject(subject string) (string, error) {
+	call, ok := strings.CutPrefix(subject, n.prefix+".cancel.")
+	if !ok || !ValidToken(call) {
+		return "", fmt.Errorf("subject %q is not <prefix>.cancel.<call>", subject)
+	}
+	return call, nil
+}
+
+// DLQFilter is the filter subject of the dead-letter stream.
+func (n Names) DLQFilter() string { return n.prefix + ".dlq.>" }
+
+// DLQSubject returns <p>.dlq.<tool>.
+func (n Names) DLQSubject(tool string) (string, error) {
+	if err := CheckToken("tool", tool); err != nil {
+		return "", err
+	}
+	return n.prefix + ".dlq." + tool, nil
+}
+
+// AuditFilter is the filter subject of the audit stream.
+func (n Names) AuditFilter() string { return n.prefix + ".audit.>" }
+
+// AuditSubject returns <p>.audit.<tool>.
+func (n Names) AuditSubject(tool string) (string, error) {
+	if err := CheckToken("tool", tool); err != nil {
+		return "", err
+	}
+	return n.prefix + ".audit." + tool, nil
+}
+
+// ResultMsgID returns the Nats-Msg-Id of a call's result: <call>.result.
+func ResultMsgID(call string) string { return call + ResultMsgIDSuffix }

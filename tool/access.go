@@ -1,0 +1,80 @@
+package tool
+
+import (
+	"context"
+	"io/fs"
+	"time"
+)
+
+// Fetcher performs HTTP requests to the resolved host set only. Every redirect
+// hop is checked again; private and metadata addresses are refused at dial time.
+type Fetcher interface {
+	Fetch(ctx context.Context, req Request) (*Response, error)
+}
+
+// Request is an outbound HTTP request.
+type Request struct {
+	Method string
+	URL    string
+	Header map[string][]string
+	Body   []byte
+}
+
+// Response is a capped HTTP response.
+type Response struct {
+	StatusCode int
+	Status     string
+	Header     map[string][]string
+	Body       []byte
+	// Truncated is true when the body was cut at the response cap.
+	Truncated bool
+	// FinalURL is the URL after redirects.
+	FinalURL string
+}
+
+// FS reads and writes files inside the resolved fs_reach only. Relative paths
+// are joined to the call's working dir. Methods return the absolute path they
+// resolved, for messages.
+type FS interface {
+	ReadFile(ctx context.Context, path string) (data []byte, abs string, err error)
+	WriteFile(ctx context.Context, path string, data []byte) (abs string, err error)
+	Stat(ctx context.Context, path string) (fs.FileInfo, string, error)
+	ReadDir(ctx context.Context, path string) ([]fs.DirEntry, string, error)
+}
+
+// Secrets reads declared secret refs. Values it returns are redacted from the
+// result, errors, progress, logs and spans.
+type Secrets interface {
+	Secret(ctx context.Context, ref string) (string, error)
+}
+
+// Runner runs allowed binaries without a shell, in their own process group,
+// with a minimal environment.
+type Runner interface {
+	Run(ctx context.Context, cmd Command) (*ProcessResult, error)
+}
+
+// Command is a child process to run.
+type Command struct {
+	Binary string
+	Args   []string
+	Dir    string
+	Env    map[string]string
+	Stdin  []byte
+}
+
+// ProcessResult is the outcome of a child process; stdout and stderr are capped.
+type ProcessResult struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+}
+
+// KV is the tool's scoped key-value store (tool-private, session or
+// personality scope). Keys are 1 to 1024 bytes of UTF-8.
+type KV interface {
+	Get(ctx context.Context, key string) (value []byte, found bool, err error)
+	Set(ctx context.Context, key string, value []byte, ttl time.Duration) error
+	Delete(ctx context.Context, key string) error
+	List(ctx context.Context, prefix string) ([]string, error)
+}

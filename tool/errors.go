@@ -1,0 +1,47 @@
+package tool
+
+import (
+	"errors"
+	"strings"
+)
+
+// Denial sentinels. Accessors return a *DenialError that matches one of these
+// with errors.Is, so callers tell a policy denial from a breakage.
+var (
+	ErrHostNotAllowed    = errors.New("HOST_NOT_ALLOWED")
+	ErrPathNotReachable  = errors.New("PATH_NOT_REACHABLE")
+	ErrSecretNotDeclared = errors.New("SECRET_NOT_DECLARED")
+	ErrBinaryNotAllowed  = errors.New("BINARY_NOT_ALLOWED")
+	ErrEnvNotAllowed     = errors.New("ENV_NOT_ALLOWED")
+	ErrKVKeyInvalid      = errors.New("KV_KEY_INVALID")
+)
+
+// DenialError is a capability denial: a stable code (one of the sentinels) and
+// a detail. Its message is "<CODE>: <detail>".
+type DenialError struct {
+	Kind   error
+	Detail string
+}
+
+// Deny returns a *DenialError of kind (a sentinel) with detail.
+func Deny(kind error, detail string) *DenialError { return &DenialError{Kind: kind, Detail: detail} }
+
+// Error returns "<CODE>: <detail>".
+func (e *DenialError) Error() string { return e.Kind.Error() + ": " + e.Detail }
+
+// Is matches the sentinel of the denial's kind.
+func (e *DenialError) Is(target error) bool { return target == e.Kind }
+
+// DenialCode returns the stable code of err when it is a capability denial.
+func DenialCode(err error) (string, bool) {
+	var d *DenialError
+	if errors.As(err, &d) {
+		return d.Kind.Error(), true
+	}
+	for _, s := range []error{ErrHostNotAllowed, ErrPathNotReachable, ErrSecretNotDeclared, ErrBinaryNotAllowed, ErrEnvNotAllowed, ErrKVKeyInvalid} {
+		if errors.Is(err, s) || strings.HasPrefix(err.Error(), s.Error()+": ") {
+			return s.Error(), true
+		}
+	}
+	return "", false
+}
