@@ -1,0 +1,257 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestEnsureTopologyIsIdempotent(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	c1 := bustest.Conn(t, url, "")
+	require.NoError(t, c1.EnsureTopology(ctxT(t)))
+	c2 := bustest.Conn(t, url, "") // a second component finds everything in place
+	require.NoError(t, c2.EnsureTopology(ctxT(t)))
+	n, err := c2.StreamMsgs(ctxT(t), "CAPSTAN_CALLS")
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+func TestIncompatibleStreamIsReportedNotChanged(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctxT(t), jetstream.StreamConfig{Name: "CAPSTAN_CALLS", Subjects: []string{"capstan.call.>"}, Retention: jetstream.LimitsPolicy})
+	require.NoError(t, err)
+
+	_, err = bus.Connect(ctxT(t), bus.Config{URL: url})
+	var inc *bus.IncompatibleError
+	require.ErrorAs(t, err, &inc)
+	require.Equal(t, "CAPSTAN_CALLS", inc.Name)
+	require.Contains(t, err.Error(), "retention is Limits, want WorkQueue")
+	require.Contains(t, err.Error(), "stream CAPSTAN_CALLS exists with an incompatible configuration")
+
+	s, err := js.Stream(ctxT(t), "CAPSTAN_CALLS")
+	require.NoError(t, err)
+	require.Equal(t, jetstream.LimitsPolicy, s.CachedInfo().Config.Retention, "existing stream must not be changed")
+}
+
+func TestIncompatibleBucketIsReported(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateKeyValue(ctxT(t), jetstream.KeyValueConfig{Bucket: "capstan_leases", TTL: time.Hour})
+	require.NoError(t, err)
+	_, err = bus.Connect(ctxT(t), bus.Config{URL: url})
+	require.ErrorContains(t, err, "bucket capstan_leases exists with an incompatible configuration: ttl is 1h0m0s, want 30s")
+}
+
+func TestPrefixesShareAnAccount(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	a := bustest.Conn(t, url, "alpha")
+	b := bustest.Conn(t, url, "beta")
+	require.Equal(t, "ALPHA_CALLS", a.Names().CallsStream())
+	require.Equal(t, "beta_tools", b.Names().ToolsBucket())
+}
+
+func TestPublishDeduplicatesByMsgID(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	dup, err := c.Publish(ctxT(t), "capstan.call.default.echo", []byte(`{}`), nil, "c1")
+	require.NoError(t, err)
+	require.False(t, dup)
+	dup, err = c.Publish(ctxT(t), "capstan.call.default.echo", []byte(`{}`), nil, "c1")
+	require.NoError(t, err)
+	require.True(t, dup)
+	n, err := c.StreamMsgs(ctxT(t), "CAPSTAN_CALLS")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+}
+
+func TestFetchNeverPullsMoreThanAsked(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	for i := range 5 {
+		_, err := c.Publish(ctxT(t), "capstan.call.default.echo", []byte{byte('0' + i)}, bus.Header{"Capstan-Protocol": {"1"}}, "")
+		require.NoError(t, err)
+	}
+	cons, err := c.PoolConsumer(ctxT(t), "default", 5)
+	require.NoError(t, err)
+	msgs, err := cons.Fetch(ctxT(t), 2, time.Second)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	require.Equal(t, "1", msgs[0].Header.Get("Capstan-Protocol"))
+	require.EqualValues(t, 1, msgs[0].Deliveries)
+	waiting, unacked, err := cons.Pending(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, 2, unacked, "only the two fetched calls are out")
+	require.EqualValues(t, 3, waiting)
+	for _, m := range msgs {
+		require.NoError(t, m.Ack(ctxT(t)))
+	}
+	// Nak redelivers with an incremented delivery count.
+	msgs, err = cons.Fetch(ctxT(t), 1, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, msgs[0].Nak(0))
+	again, err := cons.Fetch(ctxT(t), 1, 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, msgs[0].StreamSeq, again[0].StreamSeq)
+	require.EqualValues(t, 2, again[0].Deliveries)
+}
+
+func TestPoolConsumerWithOtherMaxDeliverIsReported(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	_, err := c.PoolConsumer(ctxT(t), "default", 5)
+	require.NoError(t, err)
+	_, err = c.PoolConsumer(ctxT(t), "default", 5)
+	require.NoError(t, err)
+	_, err = c.PoolConsumer(ctxT(t), "default", 3)
+	require.ErrorContains(t, err, "max deliver is 5, want 3")
+}
+
+func TestKVCreateUpdateConflict(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	kv, err := c.KV(ctxT(t), bus.Leases)
+	require.NoError(t, err)
+	rev, err := kv.Create(ctxT(t), "call1", []byte("w1"), 0)
+	require.NoError(t, err)
+	_, err = kv.Create(ctxT(t), "call1", []byte("w2"), 0)
+	require.ErrorIs(t, err, bus.ErrKeyExists)
+	rev2, err := kv.Update(ctxT(t), "call1", []byte("w1"), rev)
+	require.NoError(t, err)
+	_, err = kv.Update(ctxT(t), "call1", []byte("w2"), rev)
+	require.ErrorIs(t, err, bus.ErrConflict)
+	e, found, err := kv.Get(ctxT(t), "call1")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, rev2, e.Revision)
+	require.NoError(t, kv.Delete(ctxT(t), "call1"))
+	_, found, err = kv.Get(ctxT(t), "call1")
+	require.NoError(t, err)
+	require.False(t, found)
+	_, err = kv.Create(ctxT(t), "call1", []byte("w3"), 0)
+	require.NoError(t, err, "a deleted key can be created again")
+}
+
+func TestKVPerKeyTTL(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	kv, err := c.KV(ctxT(t), bus.RateLimits)
+	require.NoError(t, err)
+	_, err = kv.Create(ctxT(t), "k", []byte("1"), time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, found, err := kv.Get(ctxT(t), "k")
+		return err == nil && !found
+	}, 10*time.Second, 100*time.Millisecond)
+}
+
+func TestKVWatchSeesCurrentThenChanges(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	kv, err := c.KV(ctxT(t), bus.Personalities)
+	require.NoError(t, err)
+	_, err = kv.Put(ctxT(t), "a", []byte("1"))
+	require.NoError(t, err)
+	var mu sync.Mutex
+	seen := map[string]string{}
+	stop, err := kv.Watch(ctxT(t), func(e bus.Entry) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Deleted {
+			delete(seen, e.Key)
+			return
+		}
+		seen[e.Key] = string(e.Value)
+	})
+	require.NoError(t, err)
+	defer stop()
+	mu.Lock()
+	require.Equal(t, map[string]string{"a": "1"}, seen, "current values are seen before Watch returns")
+	mu.Unlock()
+	_, err = kv.Put(ctxT(t), "b", []byte("2"))
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctxT(t), "a"))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == 1 && seen["b"] == "2"
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+func TestTailFromStartAndLastMsg(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	for _, s := range []string{"capstan.result.b1.c1", "capstan.result.b1.c2", "capstan.result.b2.c3"} {
+		_, err := c.Publish(ctxT(t), s, []byte(s), nil, "")
+		require.NoError(t, err)
+	}
+	got := make(chan string, 10)
+	stop, err := c.Tail(ctxT(t), "CAPSTAN_RESULTS", []string{"capstan.result.b1.>"}, bus.FromStart, func(m *bus.Msg) { got <- m.Subject })
+	require.NoError(t, err)
+	defer stop()
+	require.Equal(t, "capstan.result.b1.c1", <-got)
+	require.Equal(t, "capstan.result.b1.c2", <-got)
+	m, err := c.LastMsg(ctxT(t), "CAPSTAN_RESULTS", "capstan.result.*.c3")
+	require.NoError(t, err)
+	require.Equal(t, "capstan.result.b2.c3", string(m.Data))
+	_, err = c.LastMsg(ctxT(t), "CAPSTAN_RESULTS", "capstan.result.*.nope")
+	require.True(t, errors.Is(err, bus.ErrNotFound))
+}
+
+func TestMaxDeliveriesAdvisory(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	got := make(chan bus.MaxDeliveries, 1)
+	sub, err := c.OnMaxDeliveries("default", "q", func(a bus.MaxDeliveries) { got <- a })
+	require.NoError(t, err)
+	defer sub.Stop()
+	_, err = c.Publish(ctxT(t), "capstan.call.default.echo", []byte("x"), nil, "")
+	require.NoError(t, err)
+	cons, err := c.PoolConsumer(ctxT(t), "default", 2)
+	require.NoError(t, err)
+	for range 2 {
+		msgs, err := cons.Fetch(ctxT(t), 1, 5*time.Second)
+		require.NoError(t, err)
+		require.Len(t, msgs, 1)
+		require.NoError(t, msgs[0].Nak(0))
+	}
+	// The server sends the advisory when it would deliver a third time.
+	_, _ = cons.Fetch(ctxT(t), 1, 500*time.Millisecond)
+	select {
+	case a := <-got:
+		require.EqualValues(t, 1, a.StreamSeq)
+		m, err := c.GetMsg(ctxT(t), "CAPSTAN_CALLS", a.StreamSeq)
+		require.NoError(t, err)
+		require.Equal(t, "x", string(m.Data))
+		require.NoError(t, c.DeleteMsg(ctxT(t), "CAPSTAN_CALLS", a.StreamSeq))
+	case <-ctxT(t).Done():
+		t.Fatal("no max-deliveries advisory")
+	}
+}

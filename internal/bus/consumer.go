@@ -1,0 +1,147 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Msg is a message read from a stream.
+type Msg struct {
+	Subject    string
+	Header     Header
+	Data       []byte
+	StreamSeq  uint64
+	Deliveries uint64
+	Time       time.Time
+	m          jetstream.Msg
+}
+
+func newMsg(m jetstream.Msg) *Msg {
+	out := &Msg{Subject: m.Subject(), Header: Header(m.Headers()), Data: m.Data(), m: m}
+	if md, err := m.Metadata(); err == nil {
+		out.StreamSeq = md.Sequence.Stream
+		out.Deliveries = md.NumDelivered
+		out.Time = md.Timestamp
+	}
+	return out
+}
+
+// Ack acknowledges the message and waits for the server to confirm.
+func (m *Msg) Ack(ctx context.Context) error { return m.m.DoubleAck(ctx) }
+
+// Nak asks for redelivery after delay (0 = at once).
+func (m *Msg) Nak(delay time.Duration) error {
+	if delay <= 0 {
+		return m.m.Nak()
+	}
+	return m.m.NakWithDelay(delay)
+}
+
+// InProgress resets the ack timer (heartbeat).
+func (m *Msg) InProgress() error { return m.m.InProgress() }
+
+// Term stops redelivery of the message, with a reason for advisories.
+func (m *Msg) Term(reason string) error { return m.m.TermWithReason(reason) }
+
+// PoolConsumer is a pool's durable pull consumer on <p>.call.<pool>.>.
+type PoolConsumer struct {
+	cons jetstream.Consumer
+	name string
+}
+
+// PoolConsumerConfig returns the durable consumer configuration of a pool,
+// the single place where delivery timing is fixed.
+func (c *Conn) PoolConsumerConfig(pool string, maxDeliver int) (jetstream.ConsumerConfig, error) {
+	filter, err := c.names.PoolFilter(pool)
+	if err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	if maxDeliver < 1 {
+		return jetstream.ConsumerConfig{}, fmt.Errorf("max deliver must be at least 1, got %d", maxDeliver)
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       pool,
+		Description:   "Capstan pool " + pool,
+		FilterSubject: filter,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       AckWait,
+		MaxDeliver:    maxDeliver,
+		MaxAckPending: MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}, nil
+}
+
+// PoolConsumer creates (or binds to) the pool's durable consumer. An existing
+// consumer whose filter, ack policy or max deliver differ is reported.
+func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int) (*PoolConsumer, error) {
+	cfg, err := c.PoolConsumerConfig(pool, maxDeliver)
+	if err != nil {
+		return nil, err
+	}
+	stream := c.names.CallsStream()
+	cons, err := c.js.CreateConsumer(ctx, stream, cfg)
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		cons, err = c.js.Consumer(ctx, stream, pool)
+		if err != nil {
+			return nil, fmt.Errorf("bus: read consumer %s: %w", pool, err)
+		}
+		have := cons.CachedInfo().Config
+		var reasons []string
+		if have.FilterSubject != cfg.FilterSubject {
+			reasons = append(reasons, fmt.Sprintf("filter is %q, want %q", have.FilterSubject, cfg.FilterSubject))
+		}
+		if have.AckPolicy != cfg.AckPolicy {
+			reasons = append(reasons, fmt.Sprintf("ack policy is %s, want explicit", have.AckPolicy))
+		}
+		if have.MaxDeliver != cfg.MaxDeliver {
+			reasons = append(reasons, fmt.Sprintf("max deliver is %d, want %d (CAPSTAN_MAX_DELIVER must be the same on every worker of a pool)", have.MaxDeliver, cfg.MaxDeliver))
+		}
+		if len(reasons) > 0 {
+			return nil, &IncompatibleError{Kind: "consumer", Name: stream + "/" + pool, Reasons: reasons}
+		}
+		return &PoolConsumer{cons: cons, name: pool}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: create consumer %s: %w", pool, err)
+	}
+	return &PoolConsumer{cons: cons, name: pool}, nil
+}
+
+// Fetch pulls at most n calls, waiting up to wait for the first. It never
+// pulls more than asked, so a worker pulls only what it has slots for.
+func (p *PoolConsumer) Fetch(ctx context.Context, n int, wait time.Duration) ([]*Msg, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	batch, err := p.cons.Fetch(n, jetstream.FetchContext(fctx))
+	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("bus: fetch: %w", err)
+	}
+	var out []*Msg
+	for m := range batch.Messages() {
+		out = append(out, newMsg(m))
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return out, fmt.Errorf("bus: fetch: %w", err)
+	}
+	return out, nil
+}
+
+// Pending returns the calls waiting for the pool (not yet delivered) and the
+// calls delivered but not yet acknowledged.
+func (p *PoolConsumer) Pending(ctx context.Context) (waiting uint64, unacked int, err error) {
+	info, err := p.cons.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("bus: consumer info: %w", err)
+	}
+	return info.NumPending, info.NumAckPending, nil
+}

@@ -1,0 +1,188 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KV errors, tested with errors.Is.
+var (
+	// ErrKeyExists is returned by Create when the key already has a value.
+	ErrKeyExists = errors.New("key exists")
+	// ErrConflict is returned by Update when the revision is not the latest.
+	ErrConflict = errors.New("revision conflict")
+)
+
+// Entry is one KV value.
+type Entry struct {
+	Key      string
+	Value    []byte
+	Revision uint64
+	Created  time.Time
+	// Deleted is true for a delete or purge marker seen by a watcher.
+	Deleted bool
+}
+
+// KV is one of Capstan's buckets.
+type KV struct {
+	kv jetstream.KeyValue
+}
+
+type kvCache struct {
+	mu      sync.Mutex
+	buckets map[Bucket]*KV
+}
+
+// KV returns a handle on bucket b (cached per connection).
+func (c *Conn) KV(ctx context.Context, b Bucket) (*KV, error) {
+	c.kvs.mu.Lock()
+	defer c.kvs.mu.Unlock()
+	if kv, ok := c.kvs.buckets[b]; ok {
+		return kv, nil
+	}
+	name := c.bucketConfig(b).Bucket
+	h, err := c.js.KeyValue(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("bus: bucket %s: %w", name, err)
+	}
+	if c.kvs.buckets == nil {
+		c.kvs.buckets = make(map[Bucket]*KV)
+	}
+	kv := &KV{kv: h}
+	c.kvs.buckets[b] = kv
+	return kv, nil
+}
+
+// Get returns the value of key; found is false when it has none.
+func (k *KV) Get(ctx context.Context, key string) (e Entry, found bool, err error) {
+	v, err := k.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("bus: get %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+	return Entry{Key: key, Value: v.Value(), Revision: v.Revision(), Created: v.Created()}, true, nil
+}
+
+// Put sets key to value.
+func (k *KV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	rev, err := k.kv.Put(ctx, key, value)
+	if err != nil {
+		return 0, fmt.Errorf("bus: put %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+	return rev, nil
+}
+
+// Create sets key only if it has no value; ttl > 0 gives the key its own TTL
+// (buckets with per-key TTLs only). It returns ErrKeyExists otherwise.
+func (k *KV) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error) {
+	var opts []jetstream.KVCreateOpt
+	if ttl > 0 {
+		opts = append(opts, jetstream.KeyTTL(ttl))
+	}
+	rev, err := k.kv.Create(ctx, key, value, opts...)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, ErrKeyExists
+	}
+	if err != nil {
+		return 0, fmt.Errorf("bus: create %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+	return rev, nil
+}
+
+// Update sets key only if its latest revision is rev; ErrConflict otherwise.
+func (k *KV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	n, err := k.kv.Update(ctx, key, value, rev)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, ErrConflict
+	}
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return 0, ErrConflict
+		}
+		return 0, fmt.Errorf("bus: update %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+	return n, nil
+}
+
+// Delete removes key (a no-op when it has no value).
+func (k *KV) Delete(ctx context.Context, key string) error {
+	if err := k.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("bus: delete %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+	return nil
+}
+
+// Keys lists the keys that have a value.
+func (k *KV) Keys(ctx context.Context) ([]string, error) {
+	keys, err := k.kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: keys %s: %w", k.kv.Bucket(), err)
+	}
+	return keys, nil
+}
+
+// Watch calls fn for every current value, then for every change, until ctx
+// ends or stop is called. It returns once the current values have been passed
+// to fn. fn runs on one goroutine.
+func (k *KV) Watch(ctx context.Context, fn func(Entry)) (stop func(), err error) {
+	w, err := k.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bus: watch %s: %w", k.kv.Bucket(), err)
+	}
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		initial := true
+		for {
+			select {
+			case <-ctx.Done():
+				if initial {
+					close(ready)
+				}
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					if initial {
+						close(ready)
+					}
+					return
+				}
+				if e == nil {
+					if initial {
+						initial = false
+						close(ready)
+					}
+					continue
+				}
+				fn(Entry{Key: e.Key(), Value: e.Value(), Revision: e.Revision(), Created: e.Created(),
+					Deleted: e.Operation() != jetstream.KeyValuePut})
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		_ = w.Stop()
+		<-done
+		return nil, ctx.Err()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = w.Stop()
+			<-done
+		})
+	}, nil
+}

@@ -1,0 +1,136 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Start says where a Tail begins.
+type Start int
+
+// Tail starting points.
+const (
+	// FromStart delivers every stored message, then new ones.
+	FromStart Start = iota
+	// FromNew delivers only messages published after the tail starts.
+	FromNew
+	// LastPerSubject delivers the last stored message of each subject, then new ones.
+	LastPerSubject
+)
+
+// Tail reads a stream through an ordered consumer filtered on filters and
+// calls fn for each message, in order, on one goroutine, until stop is called
+// or ctx ends. Messages need no ack.
+func (c *Conn) Tail(ctx context.Context, stream string, filters []string, start Start, fn func(*Msg)) (stop func(), err error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: 5 * time.Minute}
+	switch start {
+	case FromNew:
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	case LastPerSubject:
+		cfg.DeliverPolicy = jetstream.DeliverLastPerSubjectPolicy
+	default:
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	cons, err := c.js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: tail %s %v: %w", stream, filters, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { fn(newMsg(m)) })
+	if err != nil {
+		return nil, fmt.Errorf("bus: tail %s %v: %w", stream, filters, err)
+	}
+	var once sync.Once
+	stopFn := func() { once.Do(cc.Stop) }
+	go func() {
+		select {
+		case <-ctx.Done():
+			stopFn()
+		case <-cc.Closed():
+		}
+	}()
+	return stopFn, nil
+}
+
+// ErrNotFound is returned when a stream message does not exist.
+var ErrNotFound = errors.New("message not found")
+
+// LastMsg returns the last message on subject (which may hold wildcards) in stream.
+func (c *Conn) LastMsg(ctx context.Context, stream, subject string) (*Msg, error) {
+	s, err := c.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("bus: stream %s: %w", stream, err)
+	}
+	raw, err := s.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: last message on %s: %w", subject, err)
+	}
+	return &Msg{Subject: raw.Subject, Header: Header(raw.Header), Data: raw.Data, StreamSeq: raw.Sequence, Time: raw.Time}, nil
+}
+
+// GetMsg returns the message with sequence seq in stream.
+func (c *Conn) GetMsg(ctx context.Context, stream string, seq uint64) (*Msg, error) {
+	s, err := c.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("bus: stream %s: %w", stream, err)
+	}
+	raw, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: get message %d of %s: %w", seq, stream, err)
+	}
+	return &Msg{Subject: raw.Subject, Header: Header(raw.Header), Data: raw.Data, StreamSeq: raw.Sequence, Time: raw.Time}, nil
+}
+
+// DeleteMsg removes the message with sequence seq from stream (no-op if gone).
+func (c *Conn) DeleteMsg(ctx context.Context, stream string, seq uint64) error {
+	s, err := c.js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("bus: stream %s: %w", stream, err)
+	}
+	if err := s.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("bus: delete message %d of %s: %w", seq, stream, err)
+	}
+	return nil
+}
+
+// StreamMsgs returns how many messages stream holds.
+func (c *Conn) StreamMsgs(ctx context.Context, stream string) (uint64, error) {
+	s, err := c.js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("bus: stream %s: %w", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bus: stream %s: %w", stream, err)
+	}
+	return info.State.Msgs, nil
+}
+
+// MaxDeliveries is a JetStream advisory: a call reached the consumer's MaxDeliver.
+type MaxDeliveries struct {
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// OnMaxDeliveries subscribes (in queue group queue) to the advisory the server
+// sends when a call of pool's consumer exceeds MaxDeliver.
+func (c *Conn) OnMaxDeliveries(pool, queue string, fn func(MaxDeliveries)) (*Subscription, error) {
+	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + c.names.CallsStream() + "." + pool
+	return c.Subscribe(subject, queue, func(_ string, _ Header, data []byte) {
+		var a MaxDeliveries
+		if err := json.Unmarshal(data, &a); err == nil && a.StreamSeq > 0 {
+			fn(a)
+		}
+	})
+}
