@@ -106,10 +106,9 @@ func TestFetchNeverPullsMoreThanAsked(t *testing.T) {
 	require.Len(t, msgs, 2)
 	require.Equal(t, "1", msgs[0].Header.Get("Capstan-Protocol"))
 	require.EqualValues(t, 1, msgs[0].Deliveries)
-	waiting, unacked, err := cons.Pending(ctxT(t))
+	_, unacked, err := cons.Pending(ctxT(t))
 	require.NoError(t, err)
 	require.Equal(t, 2, unacked, "only the two fetched calls are out")
-	require.EqualValues(t, 3, waiting)
 	for _, m := range msgs {
 		require.NoError(t, m.Ack(ctxT(t)))
 	}
