@@ -1,0 +1,2 @@
+// Package unix is a stub standing in for golang.org/x/sys/unix.
+package unix
