@@ -15,8 +15,11 @@ import (
 // input_invalid result; otherwise it is undecodable and goes to the DLQ only.
 type DecodeError struct {
 	CallID string
-	Field  string
-	Reason string
+	// BatchID is the call's batch_id when it could be read and is a valid
+	// token, else "": the result then goes to <p>.result.<call>.<call>.
+	BatchID string
+	Field   string
+	Reason  string
 }
 
 // Error returns a message readable by an LLM, e.g.
@@ -54,6 +57,9 @@ func DecodeCall(data []byte) (Call, error) {
 	}
 	d.callID = c.CallID
 	c.BatchID = d.token("batch_id", false)
+	if d.err == nil {
+		d.batchID = c.BatchID
+	}
 	c.Tool = d.token("tool", true)
 	c.Args = d.object("args", true)
 	c.SessionID = d.str("session_id", true)
@@ -85,14 +91,15 @@ func DecodeCall(data []byte) (Call, error) {
 func EncodeCall(c *Call) ([]byte, error) { return json.Marshal(c) }
 
 type decoder struct {
-	fields map[string]json.RawMessage
-	callID string
-	err    *DecodeError
+	fields  map[string]json.RawMessage
+	callID  string
+	batchID string
+	err     *DecodeError
 }
 
 func (d *decoder) fail(field, reason string) {
 	if d.err == nil {
-		d.err = &DecodeError{CallID: d.callID, Field: field, Reason: reason}
+		d.err = &DecodeError{CallID: d.callID, BatchID: d.batchID, Field: field, Reason: reason}
 	}
 }
 
@@ -146,8 +153,8 @@ func (d *decoder) object(field string, required bool) json.RawMessage {
 }
 
 func (d *decoder) integer(field string, min int64) int64 {
-	v := d.raw(field, false)
-	if v == nil {
+	v := bytes.TrimSpace(d.raw(field, false))
+	if len(v) == 0 {
 		return 0
 	}
 	dec := json.NewDecoder(bytes.NewReader(v))
@@ -157,7 +164,7 @@ func (d *decoder) integer(field string, min int64) int64 {
 	if min == 0 {
 		reason = "must be an integer of at least 0"
 	}
-	if err := dec.Decode(&n); err != nil {
+	if v[0] == '"' || dec.Decode(&n) != nil {
 		d.fail(field, reason)
 		return 0
 	}
