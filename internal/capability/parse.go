@@ -1,0 +1,378 @@
+package capability
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// docParser walks a decoded personality document and collects every problem.
+type docParser struct {
+	env      Env
+	problems []Problem
+}
+
+// addf records a problem "<key>: <message>".
+func (d *docParser) addf(key, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if key != "" {
+		msg = key + ": " + msg
+	}
+	d.problems = append(d.problems, Problem{Key: key, Message: msg})
+}
+
+func join(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + "." + key
+}
+
+func index(key string, i int) string { return fmt.Sprintf("%s[%d]", key, i) }
+
+func (d *docParser) parse(data []byte) *Personality {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		d.addf("", "document is not valid YAML or JSON: %v", err)
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	var root any
+	if err := dec.Decode(&root); err != nil {
+		d.addf("", "document is not valid YAML or JSON: %v", err)
+		return nil
+	}
+	doc, ok := d.object(root, "", "id", "toolset", "mcp_servers", "plugins", "permissions",
+		"fs_reach", "safety", "secrets", "process", "rate_limits", "budget")
+	if !ok {
+		return nil
+	}
+	p := &Personality{BudgetChars: DefaultBudgetChars}
+	if v, ok := field(doc, "id"); !ok {
+		d.addf("id", "is required")
+	} else if id, ok := d.str(v, "id"); ok {
+		if !ValidID(id) {
+			d.addf("id", "%q must match ^[A-Za-z0-9_-]+$ and be at most %d characters", id, MaxIDLen)
+		}
+		p.ID = id
+	}
+	p.Toolset = d.names(doc, "toolset")
+	p.MCPServers = d.names(doc, "mcp_servers")
+	p.Plugins = d.names(doc, "plugins")
+	p.Permissions = d.names(doc, "permissions")
+	d.fsReach(doc, p)
+	d.safety(doc, p)
+	p.Secrets = d.ceiling(doc, "secrets", ValidateRefPattern)
+	p.Process = d.ceiling(doc, "process", validateBinaryEntry)
+	d.rateLimits(doc, p)
+	if v, ok := field(doc, "budget"); ok {
+		if b, ok := d.object(v, "budget", "result_chars"); ok {
+			if v, ok := field(b, "result_chars"); ok {
+				if n, ok := d.integer(v, "budget.result_chars"); ok {
+					p.BudgetChars = n
+				}
+			}
+		}
+	}
+	return p
+}
+
+// field returns the value of key when it is present and not null.
+func field(obj map[string]any, key string) (any, bool) {
+	v, ok := obj[key]
+	return v, ok && v != nil
+}
+
+// object checks that v is a mapping and reports its unknown keys, sorted.
+func (d *docParser) object(v any, key string, known ...string) (map[string]any, bool) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		if key == "" {
+			d.addf("", "document must be a mapping of keys")
+		} else {
+			d.addf(key, "must be a mapping")
+		}
+		return nil, false
+	}
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		if !slices.Contains(known, k) {
+			path := join(key, k)
+			d.problems = append(d.problems, Problem{Key: path, Message: fmt.Sprintf("unknown key %q", path)})
+		}
+	}
+	return obj, true
+}
+
+func (d *docParser) str(v any, key string) (string, bool) {
+	s, ok := v.(string)
+	if !ok {
+		d.addf(key, "must be a string")
+	}
+	return s, ok
+}
+
+// integer reads a positive integer that fits an int.
+func (d *docParser) integer(v any, key string) (int, bool) {
+	n, ok := v.(json.Number)
+	if !ok {
+		d.addf(key, "must be an integer greater than 0")
+		return 0, false
+	}
+	i, err := n.Int64()
+	if err != nil || i <= 0 || int64(int(i)) != i {
+		d.addf(key, "must be an integer greater than 0")
+		return 0, false
+	}
+	return int(i), true
+}
+
+// strList reads a list of non-empty strings. The result is non-nil for a
+// present list, even an empty one.
+func (d *docParser) strList(v any, key string) ([]string, bool) {
+	items, ok := v.([]any)
+	if !ok {
+		d.addf(key, "must be a list of strings")
+		return nil, false
+	}
+	out := make([]string, 0, len(items))
+	valid := true
+	for i, item := range items {
+		s, ok := item.(string)
+		switch {
+		case !ok:
+			d.addf(index(key, i), "must be a string")
+			valid = false
+		case s == "":
+			d.addf(index(key, i), "must not be empty")
+			valid = false
+		default:
+			out = append(out, s)
+		}
+	}
+	return out, valid
+}
+
+// names reads an optional list of names: nil when absent.
+func (d *docParser) names(doc map[string]any, key string) []string {
+	v, ok := field(doc, key)
+	if !ok {
+		return nil
+	}
+	list, _ := d.strList(v, key)
+	if list == nil {
+		list = []string{}
+	}
+	return list
+}
+
+// checkedList reads an optional list whose entries check validates, naming
+// the index of each bad entry.
+func (d *docParser) checkedList(obj map[string]any, key, path string, check func(string) error) []string {
+	v, ok := field(obj, key)
+	if !ok {
+		return nil
+	}
+	list, _ := d.strList(v, path)
+	for i, s := range list {
+		if err := check(s); err != nil {
+			d.addf(index(path, i), "%v", err)
+		}
+	}
+	return list
+}
+
+func (d *docParser) safety(doc map[string]any, p *Personality) {
+	v, ok := field(doc, "safety")
+	if !ok {
+		return
+	}
+	safety, ok := d.object(v, "safety", "network")
+	if !ok {
+		return
+	}
+	v, ok = field(safety, "network")
+	if !ok {
+		return
+	}
+	n, ok := d.object(v, "safety.network", "allow", "deny", "allow_private_urls")
+	if !ok {
+		return
+	}
+	checkPattern := func(s string) error { _, err := ParseHostPattern(s); return err }
+	p.Network.Allow = d.checkedList(n, "allow", "safety.network.allow", checkPattern)
+	p.Network.Deny = d.checkedList(n, "deny", "safety.network.deny", checkPattern)
+	if v, ok := field(n, "allow_private_urls"); ok {
+		b, ok := v.(bool)
+		if !ok {
+			d.addf("safety.network.allow_private_urls", "must be true or false")
+		}
+		p.Network.AllowPrivateURLs = b
+	}
+}
+
+// ceiling reads an optional {allow: [...]} section; allow is required in it.
+func (d *docParser) ceiling(doc map[string]any, key string, check func(string) error) *Ceiling {
+	v, ok := field(doc, key)
+	if !ok {
+		return nil
+	}
+	obj, ok := d.object(v, key, "allow")
+	if !ok {
+		return nil
+	}
+	if _, ok := field(obj, "allow"); !ok {
+		d.addf(join(key, "allow"), "is required (use [] to allow nothing)")
+	}
+	list := d.checkedList(obj, "allow", join(key, "allow"), check)
+	if list == nil {
+		list = []string{}
+	}
+	return &Ceiling{Allow: list}
+}
+
+func (d *docParser) rateLimits(doc map[string]any, p *Personality) {
+	v, ok := field(doc, "rate_limits")
+	if !ok {
+		return
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		d.addf("rate_limits", "must be a mapping of tool names")
+		return
+	}
+	p.RateLimits = make(map[string]RateLimit, len(obj))
+	for _, name := range slices.Sorted(maps.Keys(obj)) {
+		key := join("rate_limits", name)
+		entry, ok := d.object(obj[name], key, "requests", "window")
+		if !ok {
+			continue
+		}
+		var rl RateLimit
+		valid := name != ""
+		if !valid {
+			d.addf("rate_limits", "tool name must not be empty")
+		}
+		if v, ok := field(entry, "requests"); !ok {
+			d.addf(join(key, "requests"), "is required")
+			valid = false
+		} else if rl.Requests, ok = d.integer(v, join(key, "requests")); !ok {
+			valid = false
+		}
+		if v, ok := field(entry, "window"); !ok {
+			d.addf(join(key, "window"), "is required")
+			valid = false
+		} else if rl.WindowText, ok = d.str(v, join(key, "window")); !ok {
+			valid = false
+		} else if w, err := ParseWindow(rl.WindowText); err != nil {
+			d.addf(join(key, "window"), "%v", err)
+			valid = false
+		} else {
+			rl.Window = w
+		}
+		if valid {
+			p.RateLimits[name] = rl
+		}
+	}
+}
+
+// fsReach reads fs_reach, substituting ${HOME} and ${PERSONALITY} in workdir
+// and all three variables in read and write.
+func (d *docParser) fsReach(doc map[string]any, p *Personality) {
+	v, ok := field(doc, "fs_reach")
+	if !ok {
+		return
+	}
+	fs, ok := d.object(v, "fs_reach", "workdir", "read", "write")
+	if !ok {
+		return
+	}
+	vars := map[string]string{"HOME": d.env.Home, "PERSONALITY": ""}
+	if ValidID(p.ID) {
+		vars["PERSONALITY"] = p.ID
+	}
+	if v, ok := field(fs, "workdir"); ok {
+		if s, ok := d.str(v, "fs_reach.workdir"); ok {
+			p.FSReach.Workdir = d.path(s, "fs_reach.workdir", vars)
+		}
+	}
+	vars["WORKDIR"] = p.FSReach.Workdir
+	for _, dir := range []struct {
+		key string
+		dst *[]string
+	}{{"read", &p.FSReach.Read}, {"write", &p.FSReach.Write}} {
+		v, ok := field(fs, dir.key)
+		if !ok {
+			continue
+		}
+		key := join("fs_reach", dir.key)
+		list, _ := d.strList(v, key)
+		out := make([]string, 0, len(list))
+		for i, s := range list {
+			if abs := d.path(s, index(key, i), vars); abs != "" {
+				out = append(out, abs)
+			}
+		}
+		*dir.dst = out
+	}
+}
+
+// path substitutes vars in s and returns the cleaned absolute result, or ""
+// after recording a problem.
+func (d *docParser) path(s, key string, vars map[string]string) string {
+	var b strings.Builder
+	ok := true
+	for rest := s; rest != ""; {
+		i := strings.Index(rest, "${")
+		if i < 0 {
+			b.WriteString(rest)
+			break
+		}
+		b.WriteString(rest[:i])
+		end := strings.IndexByte(rest[i:], '}')
+		if end < 0 {
+			d.addf(key, "unterminated substitution in %q", s)
+			return ""
+		}
+		name := rest[i+2 : i+end]
+		rest = rest[i+end+1:]
+		value, known := vars[name]
+		switch {
+		case !known && name == "WORKDIR":
+			d.addf(key, "${WORKDIR} cannot be used in fs_reach.workdir")
+			ok = false
+		case !known:
+			d.addf(key, "unknown substitution ${%s}", name)
+			ok = false
+		case value == "":
+			d.addf(key, "substitution ${%s} is empty (%s)", name, emptyReason[name])
+			ok = false
+		}
+		b.WriteString(value)
+	}
+	if !ok {
+		return ""
+	}
+	out := b.String()
+	if strings.ContainsRune(out, 0) {
+		d.addf(key, "path must not contain a NUL byte")
+		return ""
+	}
+	if !filepath.IsAbs(out) {
+		d.addf(key, "path %q must be absolute", out)
+		return ""
+	}
+	return filepath.Clean(out)
+}
+
+var emptyReason = map[string]string{
+	"HOME":        "the worker has no home directory",
+	"PERSONALITY": "id is missing or invalid",
+	"WORKDIR":     "fs_reach.workdir is missing or invalid",
+}

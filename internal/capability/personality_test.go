@@ -1,0 +1,245 @@
+package capability
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const fullDoc = `
+id: researcher                      # [A-Za-z0-9_-]+
+toolset: [read_file, fetch_url]
+mcp_servers: [github]
+plugins: []
+permissions: ["weather:read"]
+fs_reach:
+  workdir: ${HOME}/agents/${PERSONALITY}
+  read: ["${WORKDIR}", /srv/shared/, "${HOME}/notes/../docs"]
+  write: ["${WORKDIR}/out"]
+safety:
+  network:
+    allow: ["*.github.com", "api.openai.com"]
+    deny: ["gist.github.com"]
+    allow_private_urls: false
+secrets: {allow: ["providers/github/*"]}
+process: {allow: [git, ls]}
+rate_limits:
+  fetch_url: {requests: 100, window: 1h}
+  terminal: {requests: 5, window: 7d}
+budget: {result_chars: 40000}
+`
+
+func TestParseFullDocument(t *testing.T) {
+	t.Parallel()
+	p, err := Parse([]byte(fullDoc), Env{Home: "/home/w"})
+	require.NoError(t, err)
+	require.Equal(t, &Personality{
+		ID:          "researcher",
+		Toolset:     []string{"read_file", "fetch_url"},
+		MCPServers:  []string{"github"},
+		Plugins:     []string{},
+		Permissions: []string{"weather:read"},
+		FSReach: FSReach{
+			Workdir: "/home/w/agents/researcher",
+			Read:    []string{"/home/w/agents/researcher", "/srv/shared", "/home/w/docs"},
+			Write:   []string{"/home/w/agents/researcher/out"},
+		},
+		Network: NetworkPolicy{Allow: []string{"*.github.com", "api.openai.com"}, Deny: []string{"gist.github.com"}},
+		Secrets: &Ceiling{Allow: []string{"providers/github/*"}},
+		Process: &Ceiling{Allow: []string{"git", "ls"}},
+		RateLimits: map[string]RateLimit{
+			"fetch_url": {Requests: 100, Window: time.Hour, WindowText: "1h"},
+			"terminal":  {Requests: 5, Window: 7 * 24 * time.Hour, WindowText: "7d"},
+		},
+		BudgetChars: 40000,
+	}, p)
+}
+
+func TestParseMinimalAndJSON(t *testing.T) {
+	t.Parallel()
+	p, err := Parse([]byte(`id: min`), Env{})
+	require.NoError(t, err)
+	require.Equal(t, &Personality{ID: "min", BudgetChars: 80000}, p)
+	require.Nil(t, p.Toolset, "absent toolset is nil")
+
+	p, err = Parse([]byte(`{"id":"j","toolset":[],"safety":{"network":{"allow":["*"],"allow_private_urls":true}},"process":{"allow":[]},"mcp_servers":null}`), Env{})
+	require.NoError(t, err)
+	require.NotNil(t, p.Toolset)
+	require.Empty(t, p.Toolset)
+	require.Nil(t, p.MCPServers, "null is absent")
+	require.True(t, p.Network.AllowPrivateURLs)
+	require.Equal(t, &Ceiling{Allow: []string{}}, p.Process)
+}
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		doc  string
+		env  Env
+		want []string
+	}{
+		{name: "unknown top-level key", doc: "id: a\ntoolsets: []", want: []string{`unknown key "toolsets"`}},
+		{name: "unknown nested key", doc: "id: a\nsafety: {network: {alow: []}}", want: []string{`unknown key "safety.network.alow"`}},
+		{name: "unknown keys sorted", doc: "id: a\nzz: 1\naa: 2\nbudget: {chars: 1}",
+			want: []string{`unknown key "aa"`, `unknown key "zz"`, `unknown key "budget.chars"`}},
+		{name: "id missing", doc: "toolset: []", want: []string{"id: is required"}},
+		{name: "id invalid", doc: "id: a.b", want: []string{`id: "a.b" must match ^[A-Za-z0-9_-]+$ and be at most 128 characters`}},
+		{name: "id too long", doc: "id: " + string(make129()), want: []string{"id: \"" + string(make129()) + "\" must match ^[A-Za-z0-9_-]+$ and be at most 128 characters"}},
+		{name: "id not a string", doc: "id: [a]", want: []string{"id: must be a string"}},
+		{name: "not a mapping", doc: "- a\n- b", want: []string{"document must be a mapping of keys"}},
+		{name: "empty document", doc: "", want: []string{"document must be a mapping of keys"}},
+		{name: "toolset not a list", doc: "id: a\ntoolset: read_file", want: []string{"toolset: must be a list of strings"}},
+		{name: "toolset bad entries", doc: "id: a\ntoolset: [a, 1, '']", want: []string{"toolset[1]: must be a string", "toolset[2]: must not be empty"}},
+		{name: "unknown substitution", doc: "id: a\nfs_reach: {read: ['${FOO}/x']}", env: Env{Home: "/h"},
+			want: []string{"fs_reach.read[0]: unknown substitution ${FOO}"}},
+		{name: "empty WORKDIR", doc: "id: a\nfs_reach: {read: ['${WORKDIR}']}",
+			want: []string{"fs_reach.read[0]: substitution ${WORKDIR} is empty (fs_reach.workdir is missing or invalid)"}},
+		{name: "empty HOME", doc: "id: a\nfs_reach: {workdir: '${HOME}/w'}",
+			want: []string{"fs_reach.workdir: substitution ${HOME} is empty (the worker has no home directory)"}},
+		{name: "PERSONALITY of invalid id", doc: "id: a.b\nfs_reach: {write: ['/x/${PERSONALITY}']}",
+			want: []string{`id: "a.b" must match ^[A-Za-z0-9_-]+$ and be at most 128 characters`,
+				"fs_reach.write[0]: substitution ${PERSONALITY} is empty (id is missing or invalid)"}},
+		{name: "WORKDIR in workdir", doc: "id: a\nfs_reach: {workdir: '${WORKDIR}/x'}",
+			want: []string{"fs_reach.workdir: ${WORKDIR} cannot be used in fs_reach.workdir"}},
+		{name: "unterminated substitution", doc: "id: a\nfs_reach: {read: ['/x/${HOME']}", env: Env{Home: "/h"},
+			want: []string{`fs_reach.read[0]: unterminated substitution in "/x/${HOME"`}},
+		{name: "relative path", doc: "id: a\nfs_reach: {read: [data, /ok]}", want: []string{`fs_reach.read[0]: path "data" must be absolute`}},
+		{name: "relative after substitution", doc: "id: a\nfs_reach: {read: ['${HOME}/x']}", env: Env{Home: "rel"},
+			want: []string{`fs_reach.read[0]: path "rel/x" must be absolute`}},
+		{name: "relative workdir", doc: "id: a\nfs_reach: {workdir: w}", want: []string{`fs_reach.workdir: path "w" must be absolute`}},
+		{name: "bad host patterns", doc: "id: a\nsafety: {network: {allow: ['a.*.com', ok.com], deny: ['x:0']}}",
+			want: []string{`safety.network.allow[0]: invalid host pattern "a.*.com": "*" is allowed only as the whole host or a leading "*." label`,
+				`safety.network.deny[0]: invalid host pattern "x:0": port "0" must be a number from 1 to 65535`}},
+		{name: "allow_private_urls not bool", doc: "id: a\nsafety: {network: {allow_private_urls: 'nope'}}",
+			want: []string{"safety.network.allow_private_urls: must be true or false"}},
+		{name: "bad secret pattern", doc: "id: a\nsecrets: {allow: ['a/../b', 'a/*/c']}",
+			want: []string{`secrets.allow[0]: invalid secret pattern "a/../b": want a ref like a/b, a prefix like a/* or *`,
+				`secrets.allow[1]: invalid secret pattern "a/*/c": want a ref like a/b, a prefix like a/* or *`}},
+		{name: "ceiling without allow", doc: "id: a\nprocess: {}", want: []string{"process.allow: is required (use [] to allow nothing)"}},
+		{name: "ceiling not a mapping", doc: "id: a\nsecrets: [a]", want: []string{"secrets: must be a mapping"}},
+		{name: "rate limit zero requests", doc: "id: a\nrate_limits: {t: {requests: 0, window: 1h}}",
+			want: []string{"rate_limits.t.requests: must be an integer greater than 0"}},
+		{name: "rate limit fractional requests", doc: "id: a\nrate_limits: {t: {requests: 1.5, window: 1h}}",
+			want: []string{"rate_limits.t.requests: must be an integer greater than 0"}},
+		{name: "rate limit missing fields", doc: "id: a\nrate_limits: {t: {burst: 1}}",
+			want: []string{`unknown key "rate_limits.t.burst"`, "rate_limits.t.requests: is required", "rate_limits.t.window: is required"}},
+		{name: "rate limit bad window", doc: "id: a\nrate_limits: {t: {requests: 1, window: 1y}}",
+			want: []string{`rate_limits.t.window: invalid window "1y": want a duration like 30s, 15m, 1h or 7d`}},
+		{name: "rate limit window number", doc: "id: a\nrate_limits: {t: {requests: 1, window: 60}}",
+			want: []string{"rate_limits.t.window: must be a string"}},
+		{name: "rate limits not a mapping", doc: "id: a\nrate_limits: [a]", want: []string{"rate_limits: must be a mapping of tool names"}},
+		{name: "budget zero", doc: "id: a\nbudget: {result_chars: 0}", want: []string{"budget.result_chars: must be an integer greater than 0"}},
+		{name: "budget negative", doc: "id: a\nbudget: {result_chars: -5}", want: []string{"budget.result_chars: must be an integer greater than 0"}},
+		{name: "binary with control character", doc: "id: a\nprocess: {allow: [\"a\\nb\", '*', /usr/bin/git]}",
+			want: []string{`process.allow[0]: binary "a\nb" contains a control character`}},
+		{name: "budget not a number", doc: "id: a\nbudget: {result_chars: lots}", want: []string{"budget.result_chars: must be an integer greater than 0"}},
+		{name: "budget not a mapping", doc: "id: a\nbudget: 5", want: []string{"budget: must be a mapping"}},
+		{name: "safety not a mapping", doc: "id: a\nsafety: [1]", want: []string{"safety: must be a mapping"}},
+		{name: "network not a mapping", doc: "id: a\nsafety: {network: 1}", want: []string{"safety.network: must be a mapping"}},
+		{name: "fs_reach not a mapping", doc: "id: a\nfs_reach: /x", want: []string{"fs_reach: must be a mapping"}},
+		{name: "workdir not a string", doc: "id: a\nfs_reach: {workdir: [/x]}", want: []string{"fs_reach.workdir: must be a string"}},
+		{name: "NUL in path", doc: `{"id":"a","fs_reach":{"read":["/a\u0000b"]}}`, want: []string{"fs_reach.read[0]: path must not contain a NUL byte"}},
+		{name: "empty rate limit name", doc: "id: a\nrate_limits: {'': {requests: 1, window: 1h}}", want: []string{"rate_limits: tool name must not be empty"}},
+		{name: "rate limit entry not a mapping", doc: "id: a\nrate_limits: {t: 5}", want: []string{"rate_limits.t: must be a mapping"}},
+		{name: "duplicate key", doc: "id: a\nid: b", want: []string{"document is not valid YAML or JSON"}},
+		{name: "bad YAML", doc: "id: [a", want: []string{"document is not valid YAML or JSON"}},
+		{name: "all problems at once", doc: "idd: a\nfs_reach: {read: [rel]}\nbudget: {result_chars: 0}",
+			want: []string{`unknown key "idd"`, "id: is required", `fs_reach.read[0]: path "rel" must be absolute`,
+				"budget.result_chars: must be an integer greater than 0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := Parse([]byte(tt.doc), tt.env)
+			require.Nil(t, p)
+			require.ErrorIs(t, err, ErrInvalidDocument)
+			var de *DocumentError
+			require.True(t, errors.As(err, &de))
+			got := make([]string, len(de.Problems))
+			for i, pr := range de.Problems {
+				got[i] = pr.Message
+			}
+			if tt.name == "duplicate key" || tt.name == "bad YAML" {
+				require.Len(t, got, 1)
+				require.Contains(t, got[0], tt.want[0])
+				return
+			}
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func make129() []byte {
+	b := make([]byte, 129)
+	for i := range b {
+		b[i] = 'a'
+	}
+	return b
+}
+
+func TestDocumentError(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]byte("id: a\nsafety: {network: {alow: []}}\nbudget: {result_chars: 0}"), Env{})
+	require.EqualError(t, err, `invalid personality document: unknown key "safety.network.alow"; budget.result_chars: must be an integer greater than 0`)
+	var de *DocumentError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, []Problem{
+		{Key: "safety.network.alow", Message: `unknown key "safety.network.alow"`},
+		{Key: "budget.result_chars", Message: "budget.result_chars: must be an integer greater than 0"},
+	}, de.Problems)
+}
+
+func TestParseWindow(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{in: "1h", want: time.Hour},
+		{in: "90s", want: 90 * time.Second},
+		{in: "1h30m", want: 90 * time.Minute},
+		{in: "1s", want: time.Second},
+		{in: "1d", want: 24 * time.Hour},
+		{in: "7d", want: 7 * 24 * time.Hour},
+		{in: "1d12h", want: 36 * time.Hour},
+		{in: "1.5h", want: 90 * time.Minute},
+		{in: "", err: `invalid window "": want a duration like 30s, 15m, 1h or 7d`},
+		{in: "1y", err: `invalid window "1y": want a duration like 30s, 15m, 1h or 7d`},
+		{in: "-1h", err: `invalid window "-1h": want a duration like 30s, 15m, 1h or 7d`},
+		{in: "+1h", err: `invalid window "+1h": want a duration like 30s, 15m, 1h or 7d`},
+		{in: "d", err: `invalid window "d": want a duration like 30s, 15m, 1h or 7d`},
+		{in: "1.5d", err: `invalid window "1.5d": want a duration like 30s, 15m, 1h or 7d`},
+		{in: "12h1d", err: `invalid window "12h1d": want a duration like 30s, 15m, 1h or 7d`},
+		{in: "1dd", err: `invalid window "1dd": want a duration like 30s, 15m, 1h or 7d`},
+		{in: "60", err: `invalid window "60": want a duration like 30s, 15m, 1h or 7d`},
+		{in: "999999999d", err: `invalid window "999999999d": want a duration like 30s, 15m, 1h or 7d`},
+		{in: "106751d24h", err: `invalid window "106751d24h": want a duration like 30s, 15m, 1h or 7d`},
+		{in: "500ms", err: `invalid window "500ms": must be at least 1s`},
+		{in: "0s", err: `invalid window "0s": must be at least 1s`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseWindow(tt.in)
+			if tt.err != "" {
+				require.EqualError(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestValidID(t *testing.T) {
+	t.Parallel()
+	require.True(t, ValidID("a-B_9"))
+	require.False(t, ValidID(""))
+	require.False(t, ValidID("a b"))
+	require.False(t, ValidID(string(make129())))
+	require.True(t, ValidID(string(make129()[:128])))
+}

@@ -1,0 +1,95 @@
+package capability
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capstanhq/capstan/tool"
+)
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	p := researcher()
+	p.Toolset = []string{"fetcher", "writer", "files", "good", "lister"}
+	p.MCPServers = []string{"github"}
+	tools := []*tool.Tool{
+		newTool("fetcher", withCaps(tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{
+			"*", "api.github.com", "api.stripe.com", "gist.github.com", "api.openai.com:8443", "bad host", "*.github.com",
+		}}})),
+		nil,
+		newTool("writer", withCaps(tool.Capabilities{FSReach: &tool.FSReach{
+			Read:  tool.Paths("/srv/shared/a", "/etc/passwd", "rel"),
+			Write: tool.Paths("/srv/agents/researcher/out/x", "/srv/agents/researcher/notes"),
+		}})),
+		newTool("files", withCaps(tool.Capabilities{FSReach: &tool.FSReach{Read: tool.FromPersonality(), Write: tool.FromPersonality()}})),
+		newTool("outside", withCaps(tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"evil.com"}}})),
+		newTool("always", func(t *tool.Tool) {
+			t.AlwaysInclude = true
+			t.Capabilities.Network = &tool.Network{AllowedHosts: []string{"always.example"}}
+		}),
+		newTool("mcp__github__x", withCaps(tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"mcp.example"}}})),
+		newTool("mcp__gitlab__x", withCaps(tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"gitlab.example"}}})),
+	}
+	got := Validate(tools, p)
+	require.Equal(t, []ValidationError{
+		{Tool: "fetcher", Capability: "network", Message: `host "api.stripe.com" is not in personality network allow list`},
+		{Tool: "fetcher", Capability: "network", Message: `host "gist.github.com" is on personality network deny list`},
+		{Tool: "fetcher", Capability: "network", Message: `host "api.openai.com:8443" is not in personality network allow list`},
+		{Tool: "fetcher", Capability: "network", Message: `invalid host pattern "bad host": invalid host name "bad host": idna: disallowed rune U+0020`},
+		{Tool: "writer", Capability: "fs_reach.read", Message: `path "/etc/passwd" is not covered by personality fs_reach.read`},
+		{Tool: "writer", Capability: "fs_reach.read", Message: `path "rel" must be absolute`},
+		{Tool: "writer", Capability: "fs_reach.write", Message: `path "/srv/agents/researcher/notes" is not covered by personality fs_reach.write`},
+		{Tool: "always", Capability: "network", Message: `host "always.example" is not in personality network allow list`},
+		{Tool: "mcp__github__x", Capability: "network", Message: `host "mcp.example" is not in personality network allow list`},
+	}, got)
+	require.Equal(t, `tool fetcher: host "api.stripe.com" is not in personality network allow list`, got[0].Error())
+	require.Equal(t, "tool a: x\ntool b: y", ValidationMessage([]ValidationError{{Tool: "a", Message: "x"}, {Tool: "b", Message: "y"}}))
+}
+
+func TestValidateCases(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		caps tool.Capabilities
+		p    *Personality
+		want []ValidationError
+	}{
+		{name: "nothing declared", p: researcher()},
+		{name: "star only", caps: tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"*"}}}, p: &Personality{}},
+		{name: "suffix covered by suffix", caps: tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"*.api.github.com"}}}, p: researcher()},
+		{name: "suffix not covered by parent name", caps: tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"*.openai.com"}}}, p: researcher(),
+			want: []ValidationError{{Tool: "t", Capability: "network", Message: `host "*.openai.com" is not in personality network allow list`}}},
+		{name: "allowed and denied", caps: tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"x.example:*"}}},
+			p:    &Personality{Network: NetworkPolicy{Allow: []string{"*:*"}, Deny: []string{"x.example"}}},
+			want: []ValidationError{{Tool: "t", Capability: "network", Message: `host "x.example:*" is on personality network deny list`}}},
+		{name: "deny with port covers only that port", caps: tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"x.example"}}},
+			p: &Personality{Network: NetworkPolicy{Allow: []string{"*"}, Deny: []string{"x.example:8080"}}}},
+		{name: "not allowed and denied", caps: tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"x.example"}}},
+			p: &Personality{Network: NetworkPolicy{Deny: []string{"*.example"}}},
+			want: []ValidationError{
+				{Tool: "t", Capability: "network", Message: `host "x.example" is not in personality network allow list`},
+				{Tool: "t", Capability: "network", Message: `host "x.example" is on personality network deny list`},
+			}},
+		{name: "IP covered by CIDR", caps: tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"10.1.2.3:8080"}}},
+			p: &Personality{Network: NetworkPolicy{Allow: []string{"10.0.0.0/8:*"}}}},
+		{name: "nil personality", caps: tool.Capabilities{
+			Network: &tool.Network{AllowedHosts: []string{"a.example"}},
+			FSReach: &tool.FSReach{Write: tool.Paths("/tmp")},
+		}, want: []ValidationError{
+			{Tool: "t", Capability: "network", Message: `host "a.example" is not in personality network allow list`},
+			{Tool: "t", Capability: "fs_reach.write", Message: `path "/tmp" is not covered by personality fs_reach.write`},
+		}},
+		{name: "path covered after cleaning", caps: tool.Capabilities{FSReach: &tool.FSReach{Read: tool.Paths("/srv/shared/x/../y")}}, p: researcher()},
+		{name: "sibling path not covered", caps: tool.Capabilities{FSReach: &tool.FSReach{Read: tool.Paths("/srv/shared2")}}, p: researcher(),
+			want: []ValidationError{{Tool: "t", Capability: "fs_reach.read", Message: `path "/srv/shared2" is not covered by personality fs_reach.read`}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tl := newTool("t", withCaps(tt.caps))
+			require.Equal(t, tt.want, Validate([]*tool.Tool{tl}, tt.p))
+			require.Equal(t, tt.want, ValidateTool(tl, tt.p))
+		})
+	}
+}

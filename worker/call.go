@@ -1,0 +1,244 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
+)
+
+// opTimeout bounds each bus operation a call handler makes (publish, KV, ack).
+const opTimeout = 10 * time.Second
+
+// outcome is what processing a call produced.
+type outcome struct {
+	result   protocol.Result
+	decision string
+	denials  []string
+	// handback: the worker is shutting down; the call goes back to the stream unanswered.
+	handback bool
+	// infra: an infrastructure fault; the call is redelivered with backoff.
+	infra error
+}
+
+func refuse(call *protocol.Call, decision string, code protocol.Code, msg string) outcome {
+	return outcome{result: protocol.Failure(call, code, msg), decision: decision}
+}
+
+func opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), opTimeout)
+}
+
+// handle takes one delivered call from decode to ack. It owns one slot.
+func (w *Worker) handle(m *bus.Msg) {
+	defer w.calls.Done()
+	defer func() { <-w.slots }()
+	defer func() {
+		if p := recover(); p != nil {
+			w.log.Error("call handler panicked; call handed back", "subject", m.Subject, "panic", fmt.Sprint(p))
+			_ = m.Nak(time.Second)
+		}
+	}()
+
+	_, subjectTool, subjErr := w.names.ParseCallSubject(m.Subject)
+	call, err := protocol.DecodeCall(m.Data)
+	if subjErr != nil {
+		w.rejectMalformed(m, "", nil, subjErr)
+		return
+	}
+	if err == nil && call.Tool != subjectTool {
+		err = &protocol.DecodeError{CallID: call.CallID, BatchID: call.BatchID, Field: "tool",
+			Reason: fmt.Sprintf("%q does not match the subject's tool %q", call.Tool, subjectTool)}
+	}
+	if err != nil {
+		de, _ := protocol.AsDecodeError(err)
+		w.rejectMalformed(m, subjectTool, de, err)
+		return
+	}
+
+	ctx, cancel := opCtx()
+	_, done, err := w.kv.completions.Get(ctx, call.CallID)
+	cancel()
+	if err != nil {
+		w.retryLater(m, &call, fmt.Errorf("read completion record: %w", err))
+		return
+	}
+	if done {
+		// A redelivered call whose result was already published.
+		w.ack(m, call.CallID)
+		return
+	}
+
+	r := &running{}
+	if !w.inflight.add(call.CallID, r) {
+		// Redelivered to this worker while it still runs the call: the
+		// running handler acks the stream message.
+		return
+	}
+	defer w.inflight.remove(call.CallID)
+	ctx, cancel = opCtx()
+	_, err = w.kv.leases.Create(ctx, call.CallID, []byte(w.cfg.WorkerID), 0)
+	cancel()
+	if errors.Is(err, bus.ErrKeyExists) {
+		// Another worker holds the lease: let it finish; look again later.
+		w.recordFailure(call.CallID, "call lease held by another worker")
+		_ = m.Nak(bus.HeartbeatEvery)
+		return
+	}
+	if err != nil {
+		w.retryLater(m, &call, fmt.Errorf("take call lease: %w", err))
+		return
+	}
+	defer w.releaseLease(call.CallID)
+	stopBeat := w.heartbeat(m, call.CallID)
+	o := w.process(m, &call, r)
+	stopBeat()
+	switch {
+	case o.handback:
+		_ = m.Nak(0)
+	case o.infra != nil:
+		w.retryLater(m, &call, o.infra)
+	default:
+		w.finish(m, &call, o)
+	}
+}
+
+// finish publishes the result, records completion, acks and audits.
+func (w *Worker) finish(m *bus.Msg, call *protocol.Call, o outcome) {
+	o.result.WorkerID = w.cfg.WorkerID
+	o.result.Deliveries = int(m.Deliveries)
+	if err := w.publishResult(call.CallID, o.result, m.Header); err != nil {
+		w.retryLater(m, call, err)
+		return
+	}
+	w.recordCompletion(call.CallID)
+	w.ack(m, call.CallID)
+	w.audit(call, o, int(m.Deliveries))
+	lvl := slog.LevelInfo
+	if !o.result.OK {
+		lvl = slog.LevelWarn
+	}
+	w.log.Log(context.Background(), lvl, "call finished", "call_id", call.CallID, "tool", call.Tool,
+		"ok", o.result.OK, "code", string(o.result.Code), "decision", o.decision,
+		"duration_ms", o.result.DurationMS, "deliveries", m.Deliveries)
+}
+
+func (w *Worker) publishResult(callID string, res protocol.Result, callHeader bus.Header) error {
+	batch := res.BatchID
+	if !protocol.ValidToken(batch) {
+		batch = callID
+		res.BatchID = callID
+	}
+	subject, err := w.names.ResultSubject(batch, callID)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("encode result: %w", err)
+	}
+	ctx, cancel := opCtx()
+	defer cancel()
+	if _, err := w.conn.Publish(ctx, subject, data, w.header(callHeader), protocol.ResultMsgID(callID)); err != nil {
+		return fmt.Errorf("publish result: %w", err)
+	}
+	return nil
+}
+
+// header returns the headers of a message caused by a call: the protocol
+// version and the call's trace context (never its baggage).
+func (w *Worker) header(callHeader bus.Header) bus.Header {
+	h := bus.Header{protocol.HeaderProtocol: {protocol.Version}}
+	for _, k := range []string{protocol.HeaderTraceparent, protocol.HeaderTracestate} {
+		if v := callHeader.Get(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	return h
+}
+
+type completionRecord struct {
+	WorkerID string    `json:"worker_id"`
+	At       time.Time `json:"at"`
+}
+
+func (w *Worker) recordCompletion(callID string) {
+	ctx, cancel := opCtx()
+	defer cancel()
+	rec, _ := json.Marshal(completionRecord{WorkerID: w.cfg.WorkerID, At: time.Now().UTC()})
+	if _, err := w.kv.completions.Put(ctx, callID, rec); err != nil {
+		// The result is out; a redelivery within the dedupe window is still
+		// de-duplicated by the result's Nats-Msg-Id.
+		w.log.Warn("cannot record completion", "call_id", callID, "error", err)
+	}
+}
+
+func (w *Worker) ack(m *bus.Msg, callID string) {
+	ctx, cancel := opCtx()
+	defer cancel()
+	if err := m.Ack(ctx); err != nil {
+		w.log.Warn("ack failed; the call will be redelivered and acked from its completion record", "call_id", callID, "error", err)
+	}
+}
+
+func (w *Worker) releaseLease(callID string) {
+	ctx, cancel := opCtx()
+	defer cancel()
+	if err := w.kv.leases.Delete(ctx, callID); err != nil {
+		w.log.Warn("cannot release call lease", "call_id", callID, "error", err)
+	}
+}
+
+// heartbeat keeps a long call's delivery and lease alive until stopped.
+func (w *Worker) heartbeat(m *bus.Msg, callID string) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(bus.HeartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+				ctx, cancel := opCtx()
+				if _, err := w.kv.leases.Put(ctx, callID, []byte(w.cfg.WorkerID)); err != nil {
+					w.log.Warn("cannot refresh call lease", "call_id", callID, "error", err)
+				}
+				cancel()
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// retryLater records an infrastructure fault and asks for redelivery with
+// backoff. After MaxDeliver deliveries the server's advisory makes a worker
+// dead-letter the call and publish its abandonment result.
+func (w *Worker) retryLater(m *bus.Msg, call *protocol.Call, cause error) {
+	w.recordFailure(call.CallID, cause.Error())
+	delay := min(time.Duration(1<<min(m.Deliveries, 5))*500*time.Millisecond, 15*time.Second)
+	w.log.Warn("infrastructure fault; call will be redelivered", "call_id", call.CallID, "tool", call.Tool,
+		"deliveries", m.Deliveries, "retry_in", delay.String(), "error", cause)
+	_ = m.Nak(delay)
+}
+
+// recordFailure keeps the last infrastructure failure of a call for its
+// abandonment message.
+func (w *Worker) recordFailure(callID, reason string) {
+	if callID == "" {
+		return
+	}
+	ctx, cancel := opCtx()
+	defer cancel()
+	if _, err := w.kv.failures.Put(ctx, callID, []byte(oneLine(reason))); err != nil {
+		w.log.Warn("cannot record failure reason", "call_id", callID, "error", err)
+	}
+}

@@ -1,0 +1,149 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
+)
+
+// errShutdown cancels calls still running when the shutdown grace ends; they
+// are handed back for redelivery, never answered.
+var errShutdown = errors.New("worker shutting down")
+
+// cancelError is the cause of a call cancelled by request.
+type cancelError struct{ reason string }
+
+func (e *cancelError) Error() string { return "cancelled: " + e.reason }
+
+// timeoutError is the cause of a call that ran past its timeout.
+type timeoutError struct{ d time.Duration }
+
+func (e *timeoutError) Error() string { return "timed out after " + e.d.String() }
+
+// cancelReason returns the reason of a cancel body ("by request" when none).
+func cancelReason(data []byte) string {
+	var req protocol.CancelRequest
+	if len(data) > 0 && json.Unmarshal(data, &req) == nil && req.Reason != "" {
+		return req.Reason
+	}
+	return "by request"
+}
+
+// running is a call this worker has taken. A cancel request that arrives
+// before the call's context exists is kept and applied when it is created.
+type running struct {
+	mu      sync.Mutex
+	cancelf context.CancelCauseFunc
+	pending error
+}
+
+// setCancel installs the call's cancel function, applying an earlier request.
+func (r *running) setCancel(f context.CancelCauseFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cancelf = f
+	if r.pending != nil {
+		f(r.pending)
+	}
+}
+
+// cancel cancels the call now, or as soon as it has a context.
+func (r *running) cancel(cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancelf != nil {
+		r.cancelf(cause)
+		return
+	}
+	if r.pending == nil {
+		r.pending = cause
+	}
+}
+
+// pendingCause returns a cancel request received before the call started.
+func (r *running) pendingCause() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pending
+}
+
+// inflight is the set of calls this worker runs, by call id.
+type inflight struct {
+	mu    sync.Mutex
+	calls map[string]*running
+}
+
+// add registers a running call; false when this worker already runs it.
+func (f *inflight) add(id string, r *running) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, dup := f.calls[id]; dup {
+		return false
+	}
+	f.calls[id] = r
+	return true
+}
+
+func (f *inflight) remove(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.calls, id)
+}
+
+func (f *inflight) cancel(id string, cause error) bool {
+	f.mu.Lock()
+	r, ok := f.calls[id]
+	f.mu.Unlock()
+	if ok {
+		r.cancel(cause)
+	}
+	return ok
+}
+
+func (f *inflight) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls)
+}
+
+// cancelRecord is the value stored in the cancels bucket.
+type cancelRecord struct {
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// onCancel records a cancel request durably (so a call not started yet never
+// starts) and cancels the call if this worker runs it. Every worker receives
+// every cancel request.
+func (w *Worker) onCancel(subject string, _ bus.Header, data []byte) {
+	id, err := w.names.ParseCancelSubject(subject)
+	if err != nil {
+		return
+	}
+	reason := cancelReason(data)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec, _ := json.Marshal(cancelRecord{Reason: reason, At: time.Now().UTC()})
+	if _, err := w.kv.cancels.Put(ctx, id, rec); err != nil {
+		w.log.WarnContext(ctx, "cannot record cancel request", "call_id", id, "error", err)
+	}
+	w.inflight.cancel(id, &cancelError{reason: reason})
+}
+
+// cancelled returns the recorded cancel reason of a call, if any.
+func (w *Worker) cancelled(ctx context.Context, id string) (string, bool, error) {
+	e, found, err := w.kv.cancels.Get(ctx, id)
+	if err != nil || !found {
+		return "", false, err
+	}
+	var rec cancelRecord
+	if json.Unmarshal(e.Value, &rec) != nil || rec.Reason == "" {
+		rec.Reason = "by request"
+	}
+	return rec.Reason, true, nil
+}

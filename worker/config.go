@@ -1,0 +1,137 @@
+package worker
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/protocol"
+)
+
+// Config configures a worker. The zero value of every field means its
+// documented default (docs/operations.md).
+type Config struct {
+	// NATSURL lists NATS servers, comma-separated. Empty starts an embedded
+	// JetStream server on EmbeddedAddr with its store in DataDir.
+	NATSURL string
+	// NATSCreds is an optional NATS credentials file.
+	NATSCreds string
+	// DataDir is the embedded server's JetStream store; default ./.capstan.
+	DataDir string
+	// EmbeddedPort is the embedded server's port: 0 = 4222, -1 = random.
+	EmbeddedPort int
+	// Prefix is the subject prefix; default "capstan".
+	Prefix string
+	// PersonalitiesDir holds *.yaml/*.yml/*.json personality files loaded into
+	// the personalities bucket at start.
+	PersonalitiesDir string
+	// DefaultPersonality applies to calls that name none; default "default".
+	DefaultPersonality string
+	// WorkerID identifies the worker; default hostname-pid.
+	WorkerID string
+	// Concurrency is how many calls run at once; default 64.
+	Concurrency int
+	// Pool is the pool served; default "default".
+	Pool string
+	// Tools lists the tool names hosted; empty hosts every tool given to New.
+	Tools []string
+	// MaxDeliver is how many deliveries a call gets before it is abandoned; default 5.
+	MaxDeliver int
+	// CallTimeout is the default and maximum execution time per call; default 60s.
+	CallTimeout time.Duration
+	// ShutdownGrace is the drain time before in-flight calls are cancelled and
+	// handed back; default 30s.
+	ShutdownGrace time.Duration
+	// SecretsBackend is vault, file, env or none; default env.
+	SecretsBackend string
+	// SecretsFile is the file of the file backend.
+	SecretsFile string
+	// SecretsEnvPrefix is the env backend's prefix; default CAPSTAN_SECRET_.
+	SecretsEnvPrefix string
+	// Home is the value of ${HOME} in personalities; default the user's home.
+	Home string
+	// Logger receives one line per call outcome; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Secrets backends.
+const (
+	SecretsVault = "vault"
+	SecretsFile  = "file"
+	SecretsEnv   = "env"
+	SecretsNone  = "none"
+)
+
+var workerIDRE = regexp.MustCompile(`^[A-Za-z0-9_=-]([A-Za-z0-9_=.-]{0,254}[A-Za-z0-9_=-])?$`)
+
+func (c Config) withDefaults() Config {
+	c.DataDir = cmp.Or(c.DataDir, ".capstan")
+	c.Prefix = cmp.Or(c.Prefix, protocol.DefaultPrefix)
+	c.DefaultPersonality = cmp.Or(c.DefaultPersonality, "default")
+	if c.WorkerID == "" {
+		host, _ := os.Hostname()
+		c.WorkerID = cmp.Or(host, "worker") + "-" + strconv.Itoa(os.Getpid())
+	}
+	c.Concurrency = cmp.Or(c.Concurrency, 64)
+	c.Pool = cmp.Or(c.Pool, protocol.DefaultPool)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
+	c.CallTimeout = cmp.Or(c.CallTimeout, 60*time.Second)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 30*time.Second)
+	c.SecretsBackend = cmp.Or(c.SecretsBackend, SecretsEnv)
+	c.SecretsEnvPrefix = cmp.Or(c.SecretsEnvPrefix, "CAPSTAN_SECRET_")
+	if c.Home == "" {
+		c.Home, _ = os.UserHomeDir()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.PersonalitiesDir != "" {
+		if abs, err := filepath.Abs(c.PersonalitiesDir); err == nil {
+			c.PersonalitiesDir = abs
+		}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if err := protocol.CheckToken("CAPSTAN_SUBJECT_PREFIX", c.Prefix); err != nil {
+		errs = append(errs, err)
+	}
+	if err := protocol.CheckToken("CAPSTAN_POOL", c.Pool); err != nil {
+		errs = append(errs, err)
+	}
+	if err := protocol.CheckToken("CAPSTAN_DEFAULT_PERSONALITY", c.DefaultPersonality); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("CAPSTAN_CONCURRENCY must be at least 1, got %d", c.Concurrency))
+	}
+	if c.MaxDeliver < 1 {
+		errs = append(errs, fmt.Errorf("CAPSTAN_MAX_DELIVER must be at least 1, got %d", c.MaxDeliver))
+	}
+	if c.CallTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("CAPSTAN_CALL_TIMEOUT must be positive, got %s", c.CallTimeout))
+	}
+	if c.ShutdownGrace < 0 {
+		errs = append(errs, fmt.Errorf("CAPSTAN_SHUTDOWN_GRACE must not be negative, got %s", c.ShutdownGrace))
+	}
+	switch c.SecretsBackend {
+	case SecretsVault, SecretsFile, SecretsEnv, SecretsNone:
+	default:
+		errs = append(errs, fmt.Errorf("CAPSTAN_SECRETS_BACKEND %q must be vault, file, env or none", c.SecretsBackend))
+	}
+	if c.SecretsBackend == SecretsFile && c.SecretsFile == "" {
+		errs = append(errs, errors.New("CAPSTAN_SECRETS_FILE must be set when CAPSTAN_SECRETS_BACKEND=file"))
+	}
+	if !workerIDRE.MatchString(c.WorkerID) {
+		errs = append(errs, fmt.Errorf("CAPSTAN_WORKER_ID %q must be 1 to 256 of A-Z a-z 0-9 _ = - . and must not start or end with a dot", c.WorkerID))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,131 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
+)
+
+// invalidToolToken names the DLQ subject of a call whose subject has no valid tool token.
+const invalidToolToken = "_invalid"
+
+// rejectMalformed dead-letters a call that cannot be decoded (or whose
+// subject is malformed) and, when its call_id is readable, answers it with
+// input_invalid naming the bad field.
+func (w *Worker) rejectMalformed(m *bus.Msg, subjectTool string, de *protocol.DecodeError, cause error) {
+	toolTok := subjectTool
+	if !protocol.ValidToken(toolTok) {
+		toolTok = invalidToolToken
+	}
+	var callID string
+	if de != nil {
+		callID = de.CallID
+	}
+	if err := w.deadLetter(m, toolTok, cause.Error()); err != nil {
+		w.retryLater(m, &protocol.Call{CallID: callID, Tool: toolTok}, err)
+		return
+	}
+	bad := protocol.Call{CallID: callID, Tool: subjectTool}
+	if de != nil && !de.Undecodable() && subjectTool != "" {
+		bad.BatchID = de.BatchID
+		w.finish(m, &bad, refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()))
+		return
+	}
+	w.ack(m, callID)
+	bad.Tool = toolTok
+	w.audit(&bad, refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()), int(m.Deliveries))
+	w.log.Warn("undecodable call dead-lettered", "subject", m.Subject, "error", cause)
+}
+
+// deadLetter copies a call to <p>.dlq.<tool>: the original body unchanged,
+// the original headers plus the dead-letter headers of protocol.md.
+func (w *Worker) deadLetter(m *bus.Msg, toolTok, reason string) error {
+	subject, err := w.names.DLQSubject(toolTok)
+	if err != nil {
+		return err
+	}
+	h := m.Header.Clone()
+	if h == nil {
+		h = bus.Header{}
+	}
+	h.Set(protocol.HeaderDeadReason, oneLine(reason))
+	h.Set(protocol.HeaderDeliveries, strconv.FormatUint(max(m.Deliveries, 1), 10))
+	h.Set(protocol.HeaderOriginalSubject, m.Subject)
+	h.Set(protocol.HeaderDeadAt, time.Now().UTC().Format(time.RFC3339))
+	delete(h, protocol.HeaderMsgID)
+	ctx, cancel := opCtx()
+	defer cancel()
+	msgID := "dlq-" + strconv.FormatUint(m.StreamSeq, 10)
+	if _, err := w.conn.Publish(ctx, subject, m.Data, h, msgID); err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	return nil
+}
+
+// onMaxDeliveries handles a call that reached MaxDeliver: it is copied to the
+// DLQ with its last failure reason, answered with the abandonment result
+// (unless already answered), and removed from the calls stream. One worker of
+// the pool receives each advisory (queue group).
+func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) {
+	ctx, cancel := opCtx()
+	defer cancel()
+	m, err := w.conn.GetMsg(ctx, w.names.CallsStream(), a.StreamSeq)
+	if errors.Is(err, bus.ErrNotFound) {
+		return
+	}
+	if err != nil {
+		w.log.Error("cannot read abandoned call", "stream_seq", a.StreamSeq, "error", err)
+		return
+	}
+	m.Deliveries = a.Deliveries
+	_, subjectTool, _ := w.names.ParseCallSubject(m.Subject)
+	toolTok := subjectTool
+	if !protocol.ValidToken(toolTok) {
+		toolTok = invalidToolToken
+	}
+	call, decErr := protocol.DecodeCall(m.Data)
+	if decErr != nil {
+		de, _ := protocol.AsDecodeError(decErr)
+		call = protocol.Call{CallID: de.CallID, BatchID: de.BatchID, Tool: toolTok}
+	}
+	reason := "no acknowledgement within " + bus.AckWait.String() + " (worker lost or stalled)"
+	if call.CallID != "" {
+		if e, found, err := w.kv.failures.Get(ctx, call.CallID); err == nil && found {
+			reason = string(e.Value)
+		}
+	}
+	if err := w.deadLetter(m, toolTok, reason); err != nil {
+		w.log.Error("cannot dead-letter abandoned call", "call_id", call.CallID, "error", err)
+		return
+	}
+	if call.CallID != "" {
+		if _, done, err := w.kv.completions.Get(ctx, call.CallID); err == nil && !done {
+			o := refuse(&call, protocol.DecisionAbandoned, protocol.CodeExecutionFailed,
+				fmt.Sprintf("call abandoned after %d deliveries: %s", a.Deliveries, reason))
+			o.result.Deliveries = int(a.Deliveries)
+			if err := w.publishResult(call.CallID, o.result, m.Header); err != nil {
+				w.log.Error("cannot publish abandonment result", "call_id", call.CallID, "error", err)
+			} else {
+				w.recordCompletion(call.CallID)
+			}
+			w.audit(&call, o, int(a.Deliveries))
+		}
+	}
+	if err := w.conn.DeleteMsg(ctx, w.names.CallsStream(), a.StreamSeq); err != nil {
+		w.log.Warn("cannot remove abandoned call from the stream", "call_id", call.CallID, "error", err)
+	}
+	w.log.Error("call abandoned", "call_id", call.CallID, "tool", toolTok, "deliveries", a.Deliveries, "reason", reason)
+}
+
+// oneLine folds a message onto one line for a header.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+var _ = context.Background

@@ -1,0 +1,76 @@
+package worker
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/tool"
+)
+
+// emitter returns the call's Emit function: it validates the event, applies
+// the internal default audience, numbers it and publishes it on
+// <p>.progress.<audience>.<batch>.<call>.
+func (w *Worker) emitter(call *protocol.Call) func(tool.Progress) error {
+	var seq atomic.Int64
+	batch := call.EffectiveBatchID()
+	return func(p tool.Progress) error {
+		aud := protocol.Audience(cmp.Or(string(p.Audience), string(protocol.AudienceInternal)))
+		if !aud.Valid() {
+			return fmt.Errorf("%w: audience %q must be internal, user or dashboard", tool.ErrInvalidProgress, p.Audience)
+		}
+		if p.Percent != nil && (math.IsNaN(*p.Percent) || *p.Percent < 0 || *p.Percent > 100) {
+			return fmt.Errorf("%w: percent %v must be between 0 and 100", tool.ErrInvalidProgress, *p.Percent)
+		}
+		subject, err := w.names.ProgressSubject(aud, batch, call.CallID)
+		if err != nil {
+			return err
+		}
+		ev := protocol.Progress{Type: protocol.ProgressType, CallID: call.CallID, BatchID: batch, ToolName: call.Tool,
+			Message: p.Message, Percent: p.Percent, Audience: aud, Seq: seq.Add(1), Time: time.Now().UTC()}
+		data, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := opCtx()
+		defer cancel()
+		_, err = w.conn.Publish(ctx, subject, data, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, "")
+		return err
+	}
+}
+
+// audit writes the call's audit record on <p>.audit.<tool>: ids, decision,
+// outcome, duration, worker, and only the hash and size of the arguments.
+func (w *Worker) audit(call *protocol.Call, o outcome, deliveries int) {
+	toolTok := call.Tool
+	if !protocol.ValidToken(toolTok) {
+		toolTok = invalidToolToken
+	}
+	subject, err := w.names.AuditSubject(toolTok)
+	if err != nil {
+		return
+	}
+	sum := sha256.Sum256(call.Args)
+	rec := protocol.AuditRecord{
+		Time: time.Now().UTC(), CallID: call.CallID, BatchID: o.result.BatchID, SessionID: call.SessionID,
+		PersonalityID: cmp.Or(call.PersonalityID, w.cfg.DefaultPersonality), Tool: call.Tool, Decision: o.decision,
+		Denials: o.denials, OK: o.result.OK, Code: o.result.Code, DurationMS: o.result.DurationMS,
+		WorkerID: w.cfg.WorkerID, Deliveries: deliveries, ArgsSHA256: hex.EncodeToString(sum[:]), ArgsBytes: len(call.Args),
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	ctx, cancel := opCtx()
+	defer cancel()
+	if _, err := w.conn.Publish(ctx, subject, data, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, ""); err != nil {
+		w.log.Warn("cannot write audit record", "call_id", call.CallID, "error", err)
+	}
+}

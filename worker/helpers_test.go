@@ -1,0 +1,199 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/tools/echo"
+	"github.com/capstanhq/capstan/tool"
+	"github.com/capstanhq/capstan/worker"
+	"github.com/stretchr/testify/require"
+)
+
+// env is one embedded server with a test-side connection speaking the raw
+// wire protocol.
+type env struct {
+	t     *testing.T
+	url   string
+	conn  *bus.Conn
+	names protocol.Names
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	url := bustest.Server(t)
+	c := bustest.Conn(t, url, "")
+	e := &env{t: t, url: url, conn: c, names: c.Names()}
+	e.putPersonality("default", "id: default\n")
+	return e
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (e *env) putPersonality(id, doc string) {
+	e.t.Helper()
+	kv, err := e.conn.KV(ctxT(e.t), bus.Personalities)
+	require.NoError(e.t, err)
+	_, err = kv.Put(ctxT(e.t), id, []byte(doc))
+	require.NoError(e.t, err)
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// start runs a worker until the test ends and waits until it is ready.
+func (e *env) start(cfg worker.Config, tools ...tool.Tool) *worker.Worker {
+	e.t.Helper()
+	w, stop := e.startStoppable(cfg, tools...)
+	e.t.Cleanup(stop)
+	return w
+}
+
+func (e *env) startStoppable(cfg worker.Config, tools ...tool.Tool) (*worker.Worker, func()) {
+	e.t.Helper()
+	cfg.NATSURL = e.url
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger()
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 2 * time.Second
+	}
+	if len(tools) == 0 {
+		tools = []tool.Tool{echo.Tool()}
+	}
+	w, err := worker.New(cfg, tools...)
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	select {
+	case <-w.Ready():
+	case err := <-errc:
+		cancel()
+		e.t.Fatalf("worker stopped before ready: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		e.t.Fatal("worker not ready in 30s")
+	}
+	stopped := false
+	return w, func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-errc:
+			require.NoError(e.t, err)
+		case <-time.After(30 * time.Second):
+			e.t.Error("worker did not stop in 30s")
+		}
+	}
+}
+
+func (e *env) call(c protocol.Call) protocol.Call {
+	e.t.Helper()
+	if c.SessionID == "" {
+		c.SessionID = "s1"
+	}
+	if c.Args == nil {
+		c.Args = json.RawMessage(`{}`)
+	}
+	body, err := json.Marshal(c)
+	require.NoError(e.t, err)
+	e.publishRaw("default", c.Tool, body, c.CallID)
+	return c
+}
+
+func (e *env) publishRaw(pool, toolName string, body []byte, msgID string) {
+	e.t.Helper()
+	subject := e.names.Prefix() + ".call." + pool + "." + toolName
+	_, err := e.conn.Publish(ctxT(e.t), subject, body, bus.Header{protocol.HeaderProtocol: {"1"}}, msgID)
+	require.NoError(e.t, err)
+}
+
+// result waits for the result of a call on <p>.result.<batch>.<call>.
+func (e *env) result(batch, call string) protocol.Result {
+	e.t.Helper()
+	subject, err := e.names.ResultSubject(batch, call)
+	require.NoError(e.t, err)
+	got := make(chan *bus.Msg, 4)
+	stop, err := e.conn.Tail(ctxT(e.t), e.names.ResultsStream(), []string{subject}, bus.FromStart, func(m *bus.Msg) { got <- m })
+	require.NoError(e.t, err)
+	defer stop()
+	select {
+	case m := <-got:
+		var r protocol.Result
+		require.NoError(e.t, json.Unmarshal(m.Data, &r))
+		require.Equal(e.t, "1", m.Header.Get(protocol.HeaderProtocol))
+		return r
+	case <-time.After(30 * time.Second):
+		e.t.Fatalf("no result for %s", subject)
+		return protocol.Result{}
+	}
+}
+
+// resultsOn counts stored messages on a result subject.
+func (e *env) resultsOn(batch, call string) int {
+	e.t.Helper()
+	subject, err := e.names.ResultSubject(batch, call)
+	require.NoError(e.t, err)
+	n := 0
+	done := make(chan struct{})
+	stop, err := e.conn.Tail(ctxT(e.t), e.names.ResultsStream(), []string{subject, subject + "-end-marker"}, bus.FromStart, func(m *bus.Msg) {
+		if m.Subject != subject {
+			close(done)
+			return
+		}
+		n++
+	})
+	require.NoError(e.t, err)
+	defer stop()
+	_, err = e.conn.Publish(ctxT(e.t), subject+"-end-marker", []byte("x"), nil, "")
+	require.NoError(e.t, err)
+	<-done
+	return n
+}
+
+// waitCallsDrained waits until the calls stream holds no message (all acked).
+func (e *env) waitCallsDrained() {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		n, err := e.conn.StreamMsgs(ctxT(e.t), e.names.CallsStream())
+		return err == nil && n == 0
+	}, 30*time.Second, 20*time.Millisecond)
+}
+
+// tail collects messages of a stream filter from the start.
+func (e *env) tail(stream string, filter string) <-chan *bus.Msg {
+	e.t.Helper()
+	ch := make(chan *bus.Msg, 100)
+	stop, err := e.conn.Tail(ctxT(e.t), stream, []string{filter}, bus.FromStart, func(m *bus.Msg) { ch <- m })
+	require.NoError(e.t, err)
+	e.t.Cleanup(stop)
+	return ch
+}
+
+func recv(t *testing.T, ch <-chan *bus.Msg) *bus.Msg {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatal("no message in 30s")
+		return nil
+	}
+}
+
+var errBoom = errors.New("boom")

@@ -1,0 +1,267 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/ratelimit"
+	"github.com/capstanhq/capstan/internal/shape"
+	"github.com/capstanhq/capstan/tool"
+)
+
+// process runs the execution pipeline of tools.md on a decoded call, in
+// order; the first gate that refuses decides the result.
+func (w *Worker) process(m *bus.Msg, call *protocol.Call, r *running) outcome {
+	ctx, cancel := opCtx()
+	defer cancel()
+
+	// A call cancelled or past its deadline is not started at all.
+	if cause := r.pendingCause(); cause != nil {
+		return refuse(call, protocol.DecisionCancelled, protocol.CodeExecutionFailed, cause.Error())
+	}
+	reason, found, err := w.cancelled(ctx, call.CallID)
+	if err != nil {
+		return outcome{infra: fmt.Errorf("read cancel record: %w", err)}
+	}
+	if found {
+		return refuse(call, protocol.DecisionCancelled, protocol.CodeExecutionFailed, "cancelled: "+reason)
+	}
+	if call.Deadline != nil && time.Now().After(*call.Deadline) {
+		return refuse(call, protocol.DecisionDeadline, protocol.CodeExecutionFailed, "deadline exceeded before start")
+	}
+
+	// 2. Unknown tool.
+	h, ok := w.tools[call.Tool]
+	if !ok {
+		return refuse(call, protocol.DecisionUnknownTool, protocol.CodeNotAvailable, "Unknown tool: "+call.Tool)
+	}
+	// 3. Surface gate.
+	if ref := capability.ExcludeGate(call.Tool, call.ExcludeTools); ref != nil {
+		return refusal(call, ref)
+	}
+	pid := cmp.Or(call.PersonalityID, w.cfg.DefaultPersonality)
+	p, err := w.policies.get(pid)
+	if err != nil {
+		return refuse(call, protocol.DecisionPersonality, protocol.CodeNotAvailable, err.Error())
+	}
+	// 4. Toolset, MCP-server and plugin filters.
+	if ref := capability.ToolsetGate(&h.Tool, p, call.NarrowTools); ref != nil {
+		return refusal(call, ref)
+	}
+	// 5. Permissions.
+	if ref := capability.PermissionGate(&h.Tool, p); ref != nil {
+		return refusal(call, ref)
+	}
+	tc := w.toolContext(call, p)
+	// 6. Availability.
+	if h.Available != nil && !available(ctx, h, tc) {
+		return refuse(call, protocol.DecisionAvailable, protocol.CodeNotAvailable, "Tool "+call.Tool+" is not currently available")
+	}
+	// 7. Fleet-wide rate limit.
+	if lim, ok := p.RateLimits[call.Tool]; ok {
+		d, err := w.limiter.Allow(ctx, p.ID, call.Tool, lim.Requests, lim.Window)
+		if err != nil {
+			return outcome{infra: err}
+		}
+		if !d.Allowed {
+			o := refuse(call, protocol.DecisionRateLimit, protocol.CodeNotAvailable,
+				ratelimit.Message(call.Tool, lim.Requests, lim.WindowText, p.ID, d.RetryAfter))
+			o.result.RetryAfterMS = d.RetryAfter.Milliseconds()
+			return o
+		}
+	}
+	// 8. Arguments.
+	if err := h.schema.Validate(call.Args); err != nil {
+		return refuse(call, protocol.DecisionSchema, protocol.CodeInputInvalid, err.Error())
+	}
+	// 9. Capabilities: registration-time validation against this
+	// personality, fail-closed backends, resolution.
+	if errs := capability.ValidateTool(&h.Tool, p); len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Message
+		}
+		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, strings.Join(msgs, "; "))
+	}
+	if msg := w.missingBackend(&h.Tool); msg != "" {
+		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, msg)
+	}
+	grant, err := capability.Resolve(&h.Tool, p, capability.CallView{Tool: call.Tool, SessionID: call.SessionID, PersonalityID: call.PersonalityID, WorkingDir: call.WorkingDir})
+	if err != nil {
+		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, err.Error())
+	}
+	if grant.FS != nil {
+		tc.WorkingDir = grant.FS.WorkingDir
+	}
+	// 10. Dry run: nothing runs.
+	if call.DryRun {
+		text, err := shape.DryRun(call.Tool, call.Args)
+		if err != nil {
+			return refuse(call, protocol.DecisionDryRun, protocol.CodeInputInvalid, err.Error())
+		}
+		return outcome{result: protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, OK: true, Value: text}, decision: protocol.DecisionDryRun}
+	}
+	// 11. Execute.
+	start := time.Now()
+	res, cause := w.execute(h, call, tc, r)
+	if errors.Is(cause, errShutdown) {
+		return outcome{handback: true}
+	}
+	if cause != nil {
+		res = tool.Fail(tool.CodeExecutionFailed, cause.Error())
+	}
+	// 12–15. Reduce, redact, trim, wrap.
+	out := w.shapeResult(h, call, tc, grant, res)
+	out.DurationMS = time.Since(start).Milliseconds()
+	return outcome{result: out, decision: protocol.DecisionAllowed}
+}
+
+func refusal(call *protocol.Call, r *capability.Refusal) outcome {
+	return refuse(call, r.Decision, protocol.Code(r.Code), r.Message)
+}
+
+// available asks a tool's availability check, treating a panic as unavailable.
+func available(ctx context.Context, h *hosted, tc *tool.Context) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return h.Available(ctx, tc)
+}
+
+// missingBackend returns the fail-closed refusal when the tool declares a
+// capability whose backend is not configured.
+func (w *Worker) missingBackend(t *tool.Tool) string {
+	if len(t.Capabilities.Secrets) > 0 && w.cfg.SecretsBackend == SecretsNone {
+		return "Tool " + t.Name + " declares capabilities but no capability backends are configured: secrets backend (CAPSTAN_SECRETS_BACKEND=none)"
+	}
+	return ""
+}
+
+// toolContext builds the tool's view of the call.
+func (w *Worker) toolContext(call *protocol.Call, p *capability.Personality) *tool.Context {
+	budget := call.ResultBudgetChars
+	if budget <= 0 {
+		budget = int64(cmp.Or(p.BudgetChars, protocol.DefaultTurnBudgetChars))
+	}
+	return &tool.Context{
+		CallID: call.CallID, BatchID: call.EffectiveBatchID(), SessionID: call.SessionID, SessionKey: call.SessionKey,
+		Platform: cmp.Or(call.Platform, protocol.DefaultPlatform), WorkingDir: cmp.Or(call.WorkingDir, p.FSReach.Workdir),
+		AgentID: call.AgentID, PersonalityID: p.ID, TeamID: call.TeamID, MemoryScopeID: call.MemoryScopeID,
+		CurrentTurn: call.CurrentTurn, MessageCount: call.MessageCount, ResultBudgetChars: budget, DryRun: call.DryRun,
+		EmitFunc: w.emitter(call),
+	}
+}
+
+// execute runs the tool with the call's timeout. It returns the tool's result,
+// or the cause that ended the call early (cancel request, timeout, shutdown).
+// A tool that ignores its context is abandoned when the context ends.
+func (w *Worker) execute(h *hosted, call *protocol.Call, tc *tool.Context, r *running) (tool.Result, error) {
+	timeout := w.cfg.CallTimeout
+	if call.TimeoutMS > 0 {
+		timeout = min(timeout, time.Duration(call.TimeoutMS)*time.Millisecond)
+	}
+	ctx, cancel := context.WithCancelCause(w.execBase)
+	defer cancel(context.Canceled)
+	r.setCancel(cancel)
+	timer := time.AfterFunc(timeout, func() { cancel(&timeoutError{d: timeout}) })
+	defer timer.Stop()
+
+	type ran struct {
+		res tool.Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- ran{err: fmt.Errorf("tool %s panicked: %v", h.Name, p)}
+			}
+		}()
+		res, err := h.Execute(ctx, call.Args, tc)
+		done <- ran{res: res, err: err}
+	}()
+	var out ran
+	select {
+	case out = <-done:
+	case <-ctx.Done():
+	}
+	if ctx.Err() != nil {
+		return tool.Result{}, context.Cause(ctx)
+	}
+	if out.err != nil {
+		return tool.Fail(tool.CodeExecutionFailed, out.err.Error()), nil
+	}
+	if !out.res.OK && !protocol.Code(out.res.Code).Valid() {
+		out.res.Code = tool.CodeExecutionFailed
+	}
+	if !out.res.OK && out.res.Error == "" {
+		out.res.Error = "tool " + h.Name + " failed without a message"
+	}
+	return out.res, nil
+}
+
+// shapeResult applies steps 12–15: reducer, secret redaction, budget trim and
+// untrusted wrapping.
+func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, grant *capability.Grant, res tool.Result) protocol.Result {
+	res, _ = w.reducers.Apply(h.Name, res, call.Args, tc)
+	secrets := secretValues(tc)
+	out := protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, OK: res.OK, CostUSD: res.CostUSD, Untrusted: h.OutputIsUntrusted}
+	budget := shape.Budget(tc.ResultBudgetChars, h.MaxResultChars)
+	if res.OK {
+		v := shape.Redact(res.Value, secrets)
+		v, out.Truncated, out.OriginalChars = shape.Trim(v, budget)
+		if !out.Truncated {
+			out.OriginalChars = 0
+		}
+		if h.OutputIsUntrusted {
+			v = shape.WrapUntrusted(v, shape.Source(h.Name, call.Args, resolvedPath(h, call, grant)), h.Name)
+		}
+		out.Value = v
+		if res.Structured != nil {
+			if b, err := json.Marshal(res.Structured); err == nil {
+				out.Structured = json.RawMessage(shape.Redact(string(b), secrets))
+			}
+		}
+	} else {
+		out.Code = protocol.Code(res.Code)
+		e := shape.Redact(res.Error, secrets)
+		e, _, _ = shape.Trim(e, budget)
+		if h.OutputIsUntrusted {
+			e = shape.StripTemplateTokens(e)
+		}
+		out.Error = e
+	}
+	return out
+}
+
+// resolvedPath is the absolute path a file tool's `path` argument resolves to.
+func resolvedPath(h *hosted, call *protocol.Call, grant *capability.Grant) string {
+	if grant == nil || grant.FS == nil {
+		return ""
+	}
+	var a struct {
+		Path string `json:"path"`
+	}
+	if json.Unmarshal(call.Args, &a) != nil || a.Path == "" {
+		return ""
+	}
+	return capability.JoinPath(grant.FS.WorkingDir, a.Path)
+}
+
+// secretValues returns the secret values the call's accessor resolved, for redaction.
+func secretValues(tc *tool.Context) []string {
+	if v, ok := tc.Secrets.(interface{ Resolved() []string }); ok {
+		return v.Resolved()
+	}
+	return nil
+}

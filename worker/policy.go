@@ -1,0 +1,136 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/tool"
+)
+
+// policies is the worker's live view of the personalities bucket. A change
+// in the bucket applies to the next call; an invalid document is kept as an
+// error so its calls are refused (fail closed), never run under no policy.
+type policies struct {
+	mu   sync.RWMutex
+	docs map[string]policyEntry
+	stop func()
+}
+
+type policyEntry struct {
+	p   *capability.Personality
+	err error
+}
+
+func watchPolicies(ctx context.Context, kv *bus.KV, home string) (*policies, error) {
+	ps := &policies{docs: make(map[string]policyEntry)}
+	stop, err := kv.Watch(ctx, func(e bus.Entry) {
+		ps.mu.Lock()
+		defer ps.mu.Unlock()
+		if e.Deleted {
+			delete(ps.docs, e.Key)
+			return
+		}
+		p, err := capability.Parse(e.Value, capability.Env{Home: home})
+		if err == nil && p.ID != e.Key {
+			err = fmt.Errorf("document id %q does not match its key %q", p.ID, e.Key)
+		}
+		ps.docs[e.Key] = policyEntry{p: p, err: err}
+	})
+	if err != nil {
+		return nil, err
+	}
+	ps.stop = stop
+	return ps, nil
+}
+
+// get returns personality id, or the refusal message of an unknown or
+// invalid one.
+func (ps *policies) get(id string) (*capability.Personality, error) {
+	ps.mu.RLock()
+	e, ok := ps.docs[id]
+	ps.mu.RUnlock()
+	if !ok {
+		return nil, errors.New("Unknown personality: " + id)
+	}
+	if e.err != nil {
+		return nil, fmt.Errorf("Personality %s is invalid: %v", id, e.err)
+	}
+	return e.p, nil
+}
+
+// loadPersonalities validates every *.yaml, *.yml and *.json file of
+// PersonalitiesDir against the hosted tools and stores them in the bucket.
+// Any invalid file stops the worker, naming the file and all its errors.
+func (w *Worker) loadPersonalities(ctx context.Context) error {
+	dir := w.cfg.PersonalitiesDir
+	if dir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("CAPSTAN_PERSONALITIES_DIR: %w", err)
+	}
+	tools := make([]*tool.Tool, len(w.order))
+	for i, h := range w.order {
+		tools[i] = &h.Tool
+	}
+	type doc struct {
+		file string
+		id   string
+		data []byte
+	}
+	var docs []doc
+	var problems []string
+	seen := map[string]string{}
+	for _, e := range entries {
+		ext := strings.ToLower(filepath.Ext(e.Name()))
+		if e.IsDir() || !slices.Contains([]string{".yaml", ".yml", ".json"}, ext) {
+			continue
+		}
+		file := filepath.Join(dir, e.Name())
+		data, err := os.ReadFile(file)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("personality file %s: %v", file, err))
+			continue
+		}
+		p, err := capability.Parse(data, capability.Env{Home: w.cfg.Home})
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("personality file %s is invalid: %v", file, err))
+			continue
+		}
+		if other, dup := seen[p.ID]; dup {
+			problems = append(problems, fmt.Sprintf("personality file %s: id %q is also defined in %s", file, p.ID, other))
+			continue
+		}
+		seen[p.ID] = file
+		if errs := capability.Validate(tools, p); len(errs) > 0 {
+			lines := make([]string, len(errs))
+			for i, ve := range errs {
+				lines[i] = fmt.Sprintf("tool %s, %s: %s", ve.Tool, ve.Capability, ve.Message)
+			}
+			problems = append(problems, fmt.Sprintf("personality file %s (id %s) fails validation:\n  %s", file, p.ID, strings.Join(lines, "\n  ")))
+			continue
+		}
+		docs = append(docs, doc{file: file, id: p.ID, data: data})
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "\n"))
+	}
+	for _, d := range docs {
+		if _, err := w.kv.personalities.Put(ctx, d.id, d.data); err != nil {
+			return fmt.Errorf("store personality %s from %s: %w", d.id, d.file, err)
+		}
+	}
+	if len(docs) > 0 {
+		w.log.InfoContext(ctx, "personalities loaded", "count", len(docs), "dir", dir)
+	}
+	return nil
+}

@@ -1,0 +1,282 @@
+// Package worker builds a Capstan worker: it pulls tool calls from its pool's
+// JetStream consumer, checks each against the capability policy, runs the
+// tool with scoped access, and publishes exactly one result per call.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/argschema"
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/ratelimit"
+	"github.com/capstanhq/capstan/internal/shape"
+	"github.com/capstanhq/capstan/tool"
+)
+
+// Worker runs tool calls. Create it with New and start it with Run; a Worker
+// runs once.
+type Worker struct {
+	cfg      Config
+	tools    map[string]*hosted
+	order    []*hosted
+	reducers *shape.Reducers
+	log      *slog.Logger
+	ready    chan struct{}
+	names    protocol.Names
+
+	// Set by Run.
+	conn     *bus.Conn
+	kv       buckets
+	policies *policies
+	limiter  *ratelimit.Limiter
+	inflight inflight
+	slots    chan struct{}
+	calls    sync.WaitGroup
+	// execBase is the parent of every call's context; it is cancelled with
+	// errShutdown when the shutdown grace ends.
+	execBase   context.Context
+	cancelExec context.CancelCauseFunc
+}
+
+type hosted struct {
+	tool.Tool
+	schema *argschema.Schema
+	entry  protocol.CatalogEntry
+}
+
+type buckets struct {
+	personalities, tools, cancels, completions, leases, workers, ratelimits, failures *bus.KV
+}
+
+// New checks cfg and the tools and returns a worker ready to Run. Tools not
+// named in cfg.Tools (when set) are not hosted; a name in cfg.Tools that no
+// tool has is an error.
+func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	names, err := protocol.NewNames(cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		cfg:      cfg,
+		tools:    make(map[string]*hosted),
+		reducers: shape.NewReducers(),
+		log:      cfg.Logger,
+		ready:    make(chan struct{}),
+		names:    names,
+	}
+	for _, t := range tools {
+		if len(cfg.Tools) > 0 && !slices.Contains(cfg.Tools, t.Name) {
+			continue
+		}
+		if err := t.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := w.tools[t.Name]; dup {
+			return nil, fmt.Errorf("tool %s is given twice", t.Name)
+		}
+		schema, err := argschema.Compile(t.Name, t.Schema)
+		if err != nil {
+			return nil, err
+		}
+		h := &hosted{Tool: t, schema: schema}
+		h.entry, err = catalogEntry(t, cfg.Pool)
+		if err != nil {
+			return nil, err
+		}
+		w.tools[t.Name] = h
+		w.order = append(w.order, h)
+	}
+	for _, name := range cfg.Tools {
+		if _, ok := w.tools[name]; !ok {
+			return nil, fmt.Errorf("CAPSTAN_TOOLS names %q, which is not a known tool", name)
+		}
+	}
+	if len(w.order) == 0 {
+		return nil, errors.New("worker: no tools to host")
+	}
+	for name, fn := range builtinReducers {
+		if _, ok := w.tools[name]; ok {
+			if _, err := w.reducers.Register(name, fn); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return w, nil
+}
+
+// builtinReducers are registered for the built-in tools a worker hosts.
+var builtinReducers = map[string]tool.Reducer{
+	"read_file": shape.ReadFileReducer,
+	"terminal":  shape.TerminalReducer,
+}
+
+// RegisterReducer registers fn as the reducer of toolName (at most one per
+// name). The returned function removes this registration; it is idempotent
+// and never removes a later registration of the same name.
+func (w *Worker) RegisterReducer(toolName string, fn tool.Reducer) (unregister func(), err error) {
+	return w.reducers.Register(toolName, fn)
+}
+
+// Ready is closed once the worker consumes calls.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
+
+// ID returns the worker's id.
+func (w *Worker) ID() string { return w.cfg.WorkerID }
+
+// Run connects (starting an embedded server when no NATS URL is set), loads
+// personalities, registers the tools, and serves calls until ctx is done; then
+// it drains: stops pulling, waits up to ShutdownGrace for running calls,
+// cancels and hands back the rest, and returns. A start-up problem is returned
+// at once.
+func (w *Worker) Run(ctx context.Context) error {
+	url := w.cfg.NATSURL
+	if url == "" {
+		srv, err := bus.StartServer(bus.ServerConfig{DataDir: w.cfg.DataDir, Port: w.cfg.EmbeddedPort})
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		url = srv.ClientURL()
+		w.log.InfoContext(ctx, "started embedded NATS server", "url", url, "data_dir", w.cfg.DataDir)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: w.cfg.NATSCreds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	w.conn = conn
+	if err := w.openBuckets(startCtx); err != nil {
+		return err
+	}
+	w.limiter = ratelimit.New(w.kv.ratelimits, nil)
+	w.inflight.calls = make(map[string]*running)
+	w.slots = make(chan struct{}, w.cfg.Concurrency)
+	w.execBase, w.cancelExec = context.WithCancelCause(context.WithoutCancel(ctx))
+	defer w.cancelExec(errShutdown)
+
+	if err := w.loadPersonalities(startCtx); err != nil {
+		return err
+	}
+	w.policies, err = watchPolicies(ctx, w.kv.personalities, w.cfg.Home)
+	if err != nil {
+		return err
+	}
+	defer w.policies.stop()
+	if err := w.register(startCtx); err != nil {
+		return err
+	}
+	defer w.deregister()
+	cancelSub, err := conn.Subscribe(w.names.CancelFilter(), "", w.onCancel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cancelSub.Stop() }()
+	dlqSub, err := conn.OnMaxDeliveries(w.cfg.Pool, "capstan-abandon-"+w.cfg.Pool, w.onMaxDeliveries)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dlqSub.Stop() }()
+	cons, err := conn.PoolConsumer(startCtx, w.cfg.Pool, w.cfg.MaxDeliver)
+	if err != nil {
+		return err
+	}
+	go w.heartbeatRegistration(ctx)
+
+	w.log.InfoContext(ctx, "worker ready", "worker_id", w.cfg.WorkerID, "pool", w.cfg.Pool, "tools", len(w.order), "concurrency", w.cfg.Concurrency)
+	close(w.ready)
+	w.pull(ctx, cons)
+	w.drain()
+	return nil
+}
+
+func (w *Worker) openBuckets(ctx context.Context) error {
+	for _, b := range []struct {
+		dst **bus.KV
+		id  bus.Bucket
+	}{
+		{&w.kv.personalities, bus.Personalities}, {&w.kv.tools, bus.Tools}, {&w.kv.cancels, bus.Cancels},
+		{&w.kv.completions, bus.Completions}, {&w.kv.leases, bus.Leases}, {&w.kv.workers, bus.Workers},
+		{&w.kv.ratelimits, bus.RateLimits}, {&w.kv.failures, bus.Failures},
+	} {
+		kv, err := w.conn.KV(ctx, b.id)
+		if err != nil {
+			return err
+		}
+		*b.dst = kv
+	}
+	return nil
+}
+
+// pull fetches only as many calls as there are free slots, until ctx is done.
+func (w *Worker) pull(ctx context.Context, cons *bus.PoolConsumer) {
+	backoff := 100 * time.Millisecond
+	for {
+		// Wait for one free slot, then take every other free one.
+		select {
+		case w.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	more:
+		for n < cap(w.slots) {
+			select {
+			case w.slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		msgs, err := cons.Fetch(ctx, n, time.Second)
+		for range n - len(msgs) {
+			<-w.slots
+		}
+		for _, m := range msgs {
+			w.calls.Add(1)
+			go w.handle(m)
+		}
+		if err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "fetch failed", "error", err)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+	}
+}
+
+// drain waits up to ShutdownGrace for running calls, then cancels the rest
+// (they are handed back for redelivery) and waits for them to finish.
+func (w *Worker) drain() {
+	done := make(chan struct{})
+	go func() { w.calls.Wait(); close(done) }()
+	n := w.inflight.count()
+	if n > 0 {
+		w.log.Info("draining", "in_flight", n, "grace", w.cfg.ShutdownGrace.String())
+	}
+	select {
+	case <-done:
+		return
+	case <-time.After(w.cfg.ShutdownGrace):
+	}
+	w.log.Warn("shutdown grace over; handing back in-flight calls", "in_flight", w.inflight.count())
+	w.cancelExec(errShutdown)
+	<-done
+}
