@@ -214,38 +214,35 @@ func (w *Worker) execute(h *hosted, call *protocol.Call, tc *tool.Context, r *ru
 // untrusted wrapping.
 func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, grant *capability.Grant, res tool.Result) protocol.Result {
 	res, _ = w.reducers.Apply(h.Name, res, call.Args, tc)
-	secrets := secretValues(tc)
+	res = shape.RedactResult(res, secretValues(tc))
 	out := protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, OK: res.OK, CostUSD: res.CostUSD, Untrusted: h.OutputIsUntrusted}
 	budget := shape.Budget(tc.ResultBudgetChars, h.MaxResultChars)
-	if res.OK {
-		v := shape.Redact(res.Value, secrets)
-		v, out.Truncated, out.OriginalChars = shape.Trim(v, budget)
-		if !out.Truncated {
-			out.OriginalChars = 0
-		}
-		if h.OutputIsUntrusted {
-			v = shape.WrapUntrusted(v, shape.Source(h.Name, call.Args, resolvedPath(h, call, grant)), h.Name)
-		}
-		out.Value = v
-		if res.Structured != nil {
-			if b, err := json.Marshal(res.Structured); err == nil {
-				out.Structured = json.RawMessage(shape.Redact(string(b), secrets))
-			}
-		}
-	} else {
+	if !res.OK {
 		out.Code = protocol.Code(res.Code)
-		e := shape.Redact(res.Error, secrets)
-		e, _, _ = shape.Trim(e, budget)
+		out.Error, _, _ = shape.Trim(res.Error, budget)
 		if h.OutputIsUntrusted {
-			e = shape.StripTemplateTokens(e)
+			out.Error = shape.StripTemplateTokens(out.Error)
 		}
-		out.Error = e
+		return out
+	}
+	v, truncated, original := shape.Trim(res.Value, budget)
+	if truncated {
+		out.Truncated, out.OriginalChars = true, original
+	}
+	if h.OutputIsUntrusted {
+		v = shape.WrapUntrusted(v, shape.Source(h.Name, call.Args, resolvedPath(call, grant)), h.Name)
+	}
+	out.Value = v
+	if res.Structured != nil {
+		if b, err := json.Marshal(res.Structured); err == nil {
+			out.Structured = b
+		}
 	}
 	return out
 }
 
 // resolvedPath is the absolute path a file tool's `path` argument resolves to.
-func resolvedPath(h *hosted, call *protocol.Call, grant *capability.Grant) string {
+func resolvedPath(call *protocol.Call, grant *capability.Grant) string {
 	if grant == nil || grant.FS == nil {
 		return ""
 	}
