@@ -74,10 +74,15 @@ func (w *Worker) handle(m *bus.Msg) {
 		return
 	}
 
-	r := &running{}
-	if !w.inflight.add(call.CallID, r) {
-		// Redelivered to this worker while it still runs the call: the
-		// running handler acks the stream message.
+	r := &running{seq: m.StreamSeq}
+	if ok, seq := w.inflight.add(call.CallID, r); !ok {
+		if seq != m.StreamSeq {
+			// Another copy of a call this worker is running: look again
+			// once it has finished (its completion record then answers).
+			_ = m.Nak(time.Second)
+		}
+		// Else a redelivery of the very message being run: the running
+		// handler acks it.
 		return
 	}
 	defer w.inflight.remove(call.CallID)

@@ -37,6 +37,8 @@ func cancelReason(data []byte) string {
 // running is a call this worker has taken. A cancel request that arrives
 // before the call's context exists is kept and applied when it is created.
 type running struct {
+	// seq is the stream sequence of the message being run.
+	seq     uint64
 	mu      sync.Mutex
 	cancelf context.CancelCauseFunc
 	pending error
@@ -78,15 +80,16 @@ type inflight struct {
 	calls map[string]*running
 }
 
-// add registers a running call; false when this worker already runs it.
-func (f *inflight) add(id string, r *running) bool {
+// add registers a running call. When this worker already runs the call it
+// returns false and the stream sequence of the message being run.
+func (f *inflight) add(id string, r *running) (bool, uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, dup := f.calls[id]; dup {
-		return false
+	if cur, dup := f.calls[id]; dup {
+		return false, cur.seq
 	}
 	f.calls[id] = r
-	return true
+	return true, 0
 }
 
 func (f *inflight) remove(id string) {

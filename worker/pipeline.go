@@ -119,7 +119,7 @@ func (w *Worker) process(m *bus.Msg, call *protocol.Call, r *running) outcome {
 		res = tool.Fail(tool.CodeExecutionFailed, cause.Error())
 	}
 	// 12–15. Reduce, redact, trim, wrap.
-	out := w.shapeResult(h, call, tc, grant, res)
+	out := w.shapeResult(h, call, tc, res)
 	out.DurationMS = time.Since(start).Milliseconds()
 	return outcome{result: out, decision: protocol.DecisionAllowed}
 }
@@ -212,7 +212,7 @@ func (w *Worker) execute(h *hosted, call *protocol.Call, tc *tool.Context, r *ru
 
 // shapeResult applies steps 12–15: reducer, secret redaction, budget trim and
 // untrusted wrapping.
-func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, grant *capability.Grant, res tool.Result) protocol.Result {
+func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, res tool.Result) protocol.Result {
 	res, _ = w.reducers.Apply(h.Name, res, call.Args, tc)
 	res = shape.RedactResult(res, secretValues(tc))
 	out := protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, OK: res.OK, CostUSD: res.CostUSD, Untrusted: h.OutputIsUntrusted}
@@ -230,7 +230,7 @@ func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, g
 		out.Truncated, out.OriginalChars = true, original
 	}
 	if h.OutputIsUntrusted {
-		v = shape.WrapUntrusted(v, shape.Source(h.Name, call.Args, resolvedPath(call, grant)), h.Name)
+		v = shape.WrapUntrusted(v, shape.Source(h.Name, call.Args, resolvedPath(call, tc.WorkingDir)), h.Name)
 	}
 	out.Value = v
 	if res.Structured != nil {
@@ -241,18 +241,20 @@ func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, g
 	return out
 }
 
-// resolvedPath is the absolute path a file tool's `path` argument resolves to.
-func resolvedPath(call *protocol.Call, grant *capability.Grant) string {
-	if grant == nil || grant.FS == nil {
-		return ""
-	}
+// resolvedPath is the absolute path a `path` argument resolves to, joined to
+// the call's working dir (tools.md step 15: "paths in the source are the
+// resolved absolute paths"). The working dir is the tool context's: the fs
+// grant's when the tool declares fs_reach, else the call's working_dir or the
+// personality's workdir. It used to be resolved only for tools with an fs
+// grant, so an untrusted tool without fs_reach named a relative path.
+func resolvedPath(call *protocol.Call, workingDir string) string {
 	var a struct {
 		Path string `json:"path"`
 	}
 	if json.Unmarshal(call.Args, &a) != nil || a.Path == "" {
 		return ""
 	}
-	return capability.JoinPath(grant.FS.WorkingDir, a.Path)
+	return capability.JoinPath(workingDir, a.Path)
 }
 
 // secretValues returns the secret values the call's accessor resolved, for redaction.

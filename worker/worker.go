@@ -240,13 +240,12 @@ func (w *Worker) pull(ctx context.Context, cons *bus.PoolConsumer) {
 				break more
 			}
 		}
-		msgs, err := cons.Fetch(ctx, n, time.Second)
-		for range n - len(msgs) {
-			<-w.slots
-		}
-		for _, m := range msgs {
+		got, err := cons.Fetch(ctx, n, time.Second, func(m *bus.Msg) {
 			w.calls.Add(1)
 			go w.handle(m)
+		})
+		for range n - got {
+			<-w.slots
 		}
 		if err != nil && ctx.Err() == nil {
 			w.log.WarnContext(ctx, "fetch failed", "error", err)

@@ -406,3 +406,21 @@ func TestReducerRegistry(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+func TestCopyOfRunningCallIsAnsweredOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(worker.Config{})
+	started := e.tail(e.names.ProgressStream(), "capstan.progress.internal.cp.cp")
+	body := []byte(`{"call_id":"cp","tool":"echo","args":{"text":"x","sleep_ms":1000,"progress":[{"message":"go"}]},"session_id":"s"}`)
+	e.publishRaw("default", "echo", body, "cp-1")
+	recv(t, started)
+	e.publishRaw("default", "echo", body, "cp-2") // a second copy, outside JetStream's de-duplication
+	require.True(t, e.result("cp", "cp").OK)
+	// The copy is acked from the completion record well before AckWait (30s).
+	require.Eventually(t, func() bool {
+		n, err := e.conn.StreamMsgs(ctxT(t), e.names.CallsStream())
+		return err == nil && n == 0
+	}, 15*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1, e.resultsOn("cp", "cp"))
+}

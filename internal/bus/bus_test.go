@@ -101,8 +101,7 @@ func TestFetchNeverPullsMoreThanAsked(t *testing.T) {
 	}
 	cons, err := c.PoolConsumer(ctxT(t), "default", 5)
 	require.NoError(t, err)
-	msgs, err := cons.Fetch(ctxT(t), 2, time.Second)
-	require.NoError(t, err)
+	msgs := fetch(t, cons, 2, time.Second)
 	require.Len(t, msgs, 2)
 	require.Equal(t, "1", msgs[0].Header.Get("Capstan-Protocol"))
 	require.EqualValues(t, 1, msgs[0].Deliveries)
@@ -113,11 +112,9 @@ func TestFetchNeverPullsMoreThanAsked(t *testing.T) {
 		require.NoError(t, m.Ack(ctxT(t)))
 	}
 	// Nak redelivers with an incremented delivery count.
-	msgs, err = cons.Fetch(ctxT(t), 1, time.Second)
-	require.NoError(t, err)
+	msgs = fetch(t, cons, 1, time.Second)
 	require.NoError(t, msgs[0].Nak(0))
-	again, err := cons.Fetch(ctxT(t), 1, 5*time.Second)
-	require.NoError(t, err)
+	again := fetch(t, cons, 1, 5*time.Second)
 	require.Equal(t, msgs[0].StreamSeq, again[0].StreamSeq)
 	require.EqualValues(t, 2, again[0].Deliveries)
 }
@@ -236,13 +233,12 @@ func TestMaxDeliveriesAdvisory(t *testing.T) {
 	cons, err := c.PoolConsumer(ctxT(t), "default", 2)
 	require.NoError(t, err)
 	for range 2 {
-		msgs, err := cons.Fetch(ctxT(t), 1, 5*time.Second)
-		require.NoError(t, err)
+		msgs := fetch(t, cons, 1, 5*time.Second)
 		require.Len(t, msgs, 1)
 		require.NoError(t, msgs[0].Nak(0))
 	}
 	// The server sends the advisory when it would deliver a third time.
-	_, _ = cons.Fetch(ctxT(t), 1, 500*time.Millisecond)
+	_ = fetch(t, cons, 1, 500*time.Millisecond)
 	select {
 	case a := <-got:
 		require.EqualValues(t, 1, a.StreamSeq)
@@ -252,5 +248,37 @@ func TestMaxDeliveriesAdvisory(t *testing.T) {
 		require.NoError(t, c.DeleteMsg(ctxT(t), "CAPSTAN_CALLS", a.StreamSeq))
 	case <-ctxT(t).Done():
 		t.Fatal("no max-deliveries advisory")
+	}
+}
+
+func fetch(t *testing.T, cons *bus.PoolConsumer, n int, wait time.Duration) []*bus.Msg {
+	t.Helper()
+	var msgs []*bus.Msg
+	got, err := cons.Fetch(ctxT(t), n, wait, func(m *bus.Msg) { msgs = append(msgs, m) })
+	require.NoError(t, err)
+	require.Equal(t, len(msgs), got)
+	return msgs
+}
+
+func TestFetchPassesEachCallAsItArrives(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	cons, err := c.PoolConsumer(ctxT(t), "default", 5)
+	require.NoError(t, err)
+	_, err = c.Publish(ctxT(t), "capstan.call.default.echo", []byte("1"), nil, "")
+	require.NoError(t, err)
+	first := make(chan *bus.Msg, 1)
+	done := make(chan int, 1)
+	go func() {
+		got, _ := cons.Fetch(ctxT(t), 10, 20*time.Second, func(m *bus.Msg) { first <- m })
+		done <- got
+	}()
+	select {
+	case m := <-first:
+		require.Equal(t, "1", string(m.Data), "a call is handed over before the batch of 10 fills or the wait ends")
+	case <-done:
+		t.Fatal("fetch ended before passing the call")
+	case <-time.After(15 * time.Second):
+		t.Fatal("call not passed while the fetch was still waiting")
 	}
 }

@@ -111,29 +111,34 @@ func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int) (*
 	return &PoolConsumer{cons: cons, name: pool}, nil
 }
 
-// Fetch pulls at most n calls, waiting up to wait for the first. It never
-// pulls more than asked, so a worker pulls only what it has slots for.
-func (p *PoolConsumer) Fetch(ctx context.Context, n int, wait time.Duration) ([]*Msg, error) {
+// Fetch pulls at most n calls and passes each to fn as soon as it arrives,
+// waiting up to wait for the batch to fill. It returns how many it passed. It
+// never pulls more than asked, so a worker pulls only what it has slots for.
+func (p *PoolConsumer) Fetch(ctx context.Context, n int, wait time.Duration, fn func(*Msg)) (int, error) {
 	if n <= 0 {
-		return nil, nil
+		return 0, nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	batch, err := p.cons.Fetch(n, jetstream.FetchContext(fctx))
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
-			return nil, ctx.Err()
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
 		}
-		return nil, fmt.Errorf("bus: fetch: %w", err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("bus: fetch: %w", err)
 	}
-	var out []*Msg
+	got := 0
 	for m := range batch.Messages() {
-		out = append(out, newMsg(m))
+		got++
+		fn(newMsg(m))
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
-		return out, fmt.Errorf("bus: fetch: %w", err)
+		return got, fmt.Errorf("bus: fetch: %w", err)
 	}
-	return out, nil
+	return got, nil
 }
 
 // Pending returns the calls waiting for the pool (not yet delivered) and the

@@ -1,0 +1,203 @@
+// Package client is Capstan's dispatcher library: it publishes tool calls
+// over NATS JetStream following the version-1 wire protocol
+// (docs/protocol.md) and collects their results, progress events and the
+// tool catalog. It speaks only the wire protocol, so it works with any
+// conforming worker fleet.
+//
+// A typical LLM turn:
+//
+//	c, err := client.New(ctx, client.Config{NATSURL: "nats://127.0.0.1:4222"})
+//	...
+//	defer c.Close()
+//	results := c.ExecuteParallel(ctx, client.Turn{}, calls) // one result per call, in input order
+package client
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
+)
+
+// Call is a tool call (protocol.md, "Call message").
+type Call = protocol.Call
+
+// Result is the one answer to a call (protocol.md, "Result message").
+type Result = protocol.Result
+
+// Progress is a progress event (protocol.md, "Progress event").
+type Progress = protocol.Progress
+
+// CatalogEntry is a tool's definition in the tool catalog (protocol.md, "Tool catalog").
+type CatalogEntry = protocol.CatalogEntry
+
+// DefaultWait is how long a turn waits for the result of a call that sets no
+// timeout_ms: the workers' default call timeout (60s) plus 10s of slack.
+const DefaultWait = 70 * time.Second
+
+// Config configures a Client. The zero value of every field except NATSURL
+// means its documented default.
+type Config struct {
+	// NATSURL lists NATS servers, comma-separated. Required.
+	NATSURL string
+	// NATSCreds is an optional NATS credentials file.
+	NATSCreds string
+	// Prefix is the subject prefix; default "capstan".
+	Prefix string
+	// Name is the connection name shown by the server; default "capstan-client".
+	Name string
+	// DefaultWait is how long ExecuteParallel waits for a call without
+	// timeout_ms (a call with one waits timeout_ms + 10s); default 70s.
+	DefaultWait time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	c.Prefix = cmp.Or(c.Prefix, protocol.DefaultPrefix)
+	c.Name = cmp.Or(c.Name, "capstan-client")
+	c.DefaultWait = cmp.Or(c.DefaultWait, DefaultWait)
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if strings.TrimSpace(c.NATSURL) == "" {
+		errs = append(errs, errors.New("Config.NATSURL must be set"))
+	}
+	if err := protocol.CheckToken("Config.Prefix", c.Prefix); err != nil {
+		errs = append(errs, err)
+	}
+	if c.DefaultWait < 0 {
+		errs = append(errs, fmt.Errorf("Config.DefaultWait must not be negative, got %s", c.DefaultWait))
+	}
+	return errors.Join(errs...)
+}
+
+// Client publishes calls and reads results. It is safe for concurrent use.
+// Create it with New and release it with Close.
+type Client struct {
+	cfg   Config
+	conn  *bus.Conn
+	names protocol.Names
+
+	catMu   sync.RWMutex
+	catalog map[string]CatalogEntry // by tool name, kept current by a KV watch
+
+	stopWatch func()
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+}
+
+// New connects to cfg.NATSURL, creates Capstan's streams and buckets if they
+// do not exist (idempotently; an incompatible existing one is an error), and
+// starts watching the tool catalog. It returns once the current catalog has
+// been read. ctx bounds the start-up only.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	conn, err := bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, Creds: cfg.NATSCreds, Name: cfg.Name, Prefix: cfg.Prefix})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	c := &Client{cfg: cfg, conn: conn, names: conn.Names(), catalog: make(map[string]CatalogEntry)}
+	if err := c.watchCatalog(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// watchCatalog starts the catalog watch; it lives until Close, but ctx bounds
+// the initial read.
+func (c *Client) watchCatalog(ctx context.Context) error {
+	kv, err := c.conn.KV(ctx, bus.Tools)
+	if err != nil {
+		return fmt.Errorf("client: tool catalog: %w", err)
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	release := context.AfterFunc(ctx, cancel) // abort the initial read if ctx ends first
+	stop, err := kv.Watch(wctx, c.applyCatalog)
+	release()
+	if err != nil {
+		cancel()
+		return fmt.Errorf("client: watch tool catalog: %w", err)
+	}
+	c.stopWatch, c.cancel = stop, cancel
+	return nil
+}
+
+// applyCatalog records one catalog change. Entries that are not valid JSON
+// are ignored: a client must not fail because one worker wrote garbage.
+func (c *Client) applyCatalog(e bus.Entry) {
+	c.catMu.Lock()
+	defer c.catMu.Unlock()
+	if e.Deleted {
+		delete(c.catalog, e.Key)
+		return
+	}
+	var ce CatalogEntry
+	if err := json.Unmarshal(e.Value, &ce); err != nil {
+		delete(c.catalog, e.Key)
+		return
+	}
+	ce.Name = cmp.Or(ce.Name, e.Key)
+	c.catalog[e.Key] = ce
+}
+
+// Close stops the catalog watch and closes the connection. Calls already
+// published keep running on the workers. Close is idempotent.
+func (c *Client) Close() {
+	c.closeOnce.Do(func() {
+		c.stopWatch()
+		c.cancel()
+		c.conn.Close()
+	})
+}
+
+// Tools returns the tool catalog sorted by name, as last seen by the catalog
+// watch started in New.
+func (c *Client) Tools(ctx context.Context) ([]CatalogEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c.catMu.RLock()
+	out := make([]CatalogEntry, 0, len(c.catalog))
+	for _, e := range c.catalog {
+		out = append(out, e)
+	}
+	c.catMu.RUnlock()
+	slices.SortFunc(out, func(a, b CatalogEntry) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// route returns the pool a tool's calls go to, and whether the tool must be
+// refused as unknown: a tool in the catalog goes to its pool; an unknown one
+// goes to "default", unless the catalog already lists a tool of the default
+// pool, in which case the default pool is known not to host it.
+func (c *Client) route(tool string) (pool string, unknown bool) {
+	c.catMu.RLock()
+	defer c.catMu.RUnlock()
+	if e, ok := c.catalog[tool]; ok {
+		return cmp.Or(e.Pool, protocol.DefaultPool), false
+	}
+	for _, e := range c.catalog {
+		if cmp.Or(e.Pool, protocol.DefaultPool) == protocol.DefaultPool {
+			return "", true
+		}
+	}
+	return protocol.DefaultPool, false
+}
+
+// NewID returns a random 26-character token (base32: A–Z, 2–7), valid as a
+// call_id or batch_id.
+func NewID() string { return rand.Text() }

@@ -1,0 +1,116 @@
+// Command worker runs a Capstan worker: it serves its pool's tool calls from
+// NATS JetStream until SIGTERM or SIGINT, then drains within
+// CAPSTAN_SHUTDOWN_GRACE. Configuration comes from CAPSTAN_* environment
+// variables (docs/operations.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/envconfig"
+	"github.com/capstanhq/capstan/internal/logging"
+	"github.com/capstanhq/capstan/internal/tools/builtin"
+	"github.com/capstanhq/capstan/worker"
+	"golang.org/x/term"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "capstan worker:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: worker
+
+Runs a Capstan worker. Everything is configured with environment variables;
+see docs/operations.md. The most common:
+
+  CAPSTAN_NATS_URL           NATS servers (unset: start an embedded server on 127.0.0.1:4222)
+  CAPSTAN_PERSONALITIES_DIR  personality files loaded at start
+  CAPSTAN_CONCURRENCY        calls run at once (64)
+  CAPSTAN_POOL               pool served (default)
+  CAPSTAN_TOOLS              tools hosted (all built-ins)
+  CAPSTAN_SHUTDOWN_GRACE     drain time on SIGTERM (30s)
+`
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			fmt.Fprint(stdout, usage)
+			return nil
+		}
+		return fmt.Errorf("unexpected argument %q (the worker takes no arguments; it is configured with CAPSTAN_* variables)", args[0])
+	}
+	var cfg Config
+	if err := envconfig.Parse(&cfg, getenv); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	f, isFile := stderr.(*os.File)
+	log, err := logging.New(stderr, cfg.LogLevel, cfg.LogFormat, isFile && term.IsTerminal(int(f.Fd())))
+	if err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	wc := cfg.worker()
+	wc.Logger = log
+	w, err := worker.New(wc, builtin.All()...)
+	if err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	var srv *http.Server
+	if cfg.HTTPAddr != "" && cfg.HTTPAddr != "off" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("CAPSTAN_HTTP_ADDR: %w", err)
+		}
+		srv = &http.Server{Handler: healthHandler(w), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("health server stopped", "error", err)
+			}
+		}()
+		log.Info("health endpoints", "addr", ln.Addr().String())
+	}
+	err = w.Run(ctx)
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}
+	if err == nil {
+		log.Info("worker stopped")
+	}
+	return err
+}
+
+// healthHandler serves /healthz (the process is up) and /readyz (the worker
+// consumes calls).
+func healthHandler(w *worker.Worker) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(rw, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-w.Ready():
+			_, _ = io.WriteString(rw, "ready\n")
+		default:
+			http.Error(rw, "not ready", http.StatusServiceUnavailable)
+		}
+	})
+	return mux
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/tools/builtin"
+	"github.com/capstanhq/capstan/worker"
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"concurrency not a number", map[string]string{"CAPSTAN_CONCURRENCY": "abc"}, `invalid configuration: CAPSTAN_CONCURRENCY: "abc" is not an integer`},
+		{"concurrency zero", map[string]string{"CAPSTAN_CONCURRENCY": "0"}, `CAPSTAN_CONCURRENCY must be at least 1, got 0`},
+		{"grace", map[string]string{"CAPSTAN_SHUTDOWN_GRACE": "soon"}, `CAPSTAN_SHUTDOWN_GRACE: "soon" is not a duration`},
+		{"timeout", map[string]string{"CAPSTAN_CALL_TIMEOUT": "-1s"}, `CAPSTAN_CALL_TIMEOUT must be positive, got -1s`},
+		{"pool", map[string]string{"CAPSTAN_POOL": "a.b"}, `CAPSTAN_POOL "a.b" must match ^[A-Za-z0-9_-]{1,128}$`},
+		{"tools", map[string]string{"CAPSTAN_TOOLS": "echo,nope"}, `CAPSTAN_TOOLS names "nope", which is not a known tool`},
+		{"secrets backend", map[string]string{"CAPSTAN_SECRETS_BACKEND": "s3"}, `CAPSTAN_SECRETS_BACKEND "s3" must be vault, file, env or none`},
+		{"log level", map[string]string{"CAPSTAN_LOG_LEVEL": "loud"}, `CAPSTAN_LOG_LEVEL: "loud" must be debug, info, warn or error`},
+		{"max deliver", map[string]string{"CAPSTAN_MAX_DELIVER": "x"}, `CAPSTAN_MAX_DELIVER: "x" is not an integer`},
+		{"max deliver zero", map[string]string{"CAPSTAN_MAX_DELIVER": "0"}, `CAPSTAN_MAX_DELIVER must be at least 1, got 0`},
+		{"negative grace", map[string]string{"CAPSTAN_SHUTDOWN_GRACE": "-1s"}, `CAPSTAN_SHUTDOWN_GRACE must not be negative, got -1s`},
+		{"timeout zero", map[string]string{"CAPSTAN_CALL_TIMEOUT": "0s"}, `CAPSTAN_CALL_TIMEOUT must be positive, got 0s`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errb bytes.Buffer
+			// Bounded: a config that wrongly passed would start a worker.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := run(ctx, nil, func(k string) string { return tc.env[k] }, &out, &errb)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	err := run(context.Background(), []string{"extra"}, func(string) string { return "" }, &bytes.Buffer{}, &bytes.Buffer{})
+	require.ErrorContains(t, err, `unexpected argument "extra"`)
+}
+
+// buildWorker compiles this command once per test binary.
+func buildWorker(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "worker")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+// TestSIGTERMLosesNoCall runs the built binary, fills its slots with calls,
+// sends SIGTERM and checks that every call ends with exactly one result:
+// short calls finish within the grace, long ones are handed back and run by
+// a second worker.
+func TestSIGTERMLosesNoCall(t *testing.T) {
+	t.Parallel()
+	bin := buildWorker(t)
+	url := bustest.Server(t)
+	conn := bustest.Conn(t, url, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pkv, err := conn.KV(ctx, bus.Personalities)
+	require.NoError(t, err)
+	_, err = pkv.Put(ctx, "default", []byte("id: default\n"))
+	require.NoError(t, err)
+
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"CAPSTAN_NATS_URL="+url, "CAPSTAN_WORKER_ID=term-1", "CAPSTAN_CONCURRENCY=8",
+		"CAPSTAN_SHUTDOWN_GRACE=1s", "CAPSTAN_HTTP_ADDR=127.0.0.1:0", "CAPSTAN_LOG_FORMAT=json")
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	progress := make(chan string, 64)
+	stopTail, err := conn.Tail(ctx, "CAPSTAN_PROGRESS", []string{"capstan.progress.internal.term.>"}, bus.FromNew, func(m *bus.Msg) { progress <- m.Subject })
+	require.NoError(t, err)
+	defer stopTail()
+
+	// Wait until the worker is in the catalog.
+	tkv, err := conn.KV(ctx, bus.Tools)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e, found, err := tkv.Get(ctx, "echo")
+		if err != nil || !found {
+			return false
+		}
+		var ce protocol.CatalogEntry
+		return json.Unmarshal(e.Value, &ce) == nil && slices.Contains(ce.Workers, "term-1")
+	}, 60*time.Second, 50*time.Millisecond, "worker did not register: %s", &logs)
+
+	var ids []string
+	for i := range 8 {
+		sleep := 300 // finishes within the grace
+		if i%2 == 1 {
+			sleep = 4000 // still running when the grace ends: handed back
+		}
+		id := fmt.Sprintf("t%d", i)
+		ids = append(ids, id)
+		body := fmt.Sprintf(`{"call_id":%q,"batch_id":"term","tool":"echo","session_id":"s","args":{"text":%q,"sleep_ms":%d,"progress":[{"message":"started"}]}}`, id, id, sleep)
+		_, err := conn.Publish(ctx, "capstan.call.default.echo", []byte(body), nil, id)
+		require.NoError(t, err)
+	}
+	for range 8 {
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			t.Fatalf("calls did not start: %s", &logs)
+		}
+	}
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "worker exit: %s", &logs)
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("worker did not exit after SIGTERM: %s", &logs)
+	}
+	require.Contains(t, logs.String(), "handing back in-flight calls")
+
+	// A second worker picks up what was handed back.
+	w, err := worker.New(worker.Config{NATSURL: url, WorkerID: "term-2", Logger: nil}, builtin.All()...)
+	require.NoError(t, err)
+	wctx, wcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() { wcancel(); <-done }()
+
+	results := map[string][]protocol.Result{}
+	got := make(chan *bus.Msg, 64)
+	stopRes, err := conn.Tail(ctx, "CAPSTAN_RESULTS", []string{"capstan.result.term.>"}, bus.FromStart, func(m *bus.Msg) { got <- m })
+	require.NoError(t, err)
+	defer stopRes()
+	for len(results) < len(ids) {
+		select {
+		case m := <-got:
+			var r protocol.Result
+			require.NoError(t, json.Unmarshal(m.Data, &r))
+			results[r.CallID] = append(results[r.CallID], r)
+		case <-ctx.Done():
+			t.Fatalf("only %d of %d results", len(results), len(ids))
+		}
+	}
+	// Let stragglers (duplicates) show up, then check exactly one each.
+	require.Eventually(t, func() bool {
+		n, err := conn.StreamMsgs(ctx, "CAPSTAN_CALLS")
+		return err == nil && n == 0
+	}, 60*time.Second, 50*time.Millisecond)
+	for _, id := range ids {
+		rs := results[id]
+		require.Len(t, rs, 1, "call %s", id)
+		require.True(t, rs[0].OK, "call %s: %s", id, rs[0].Error)
+		require.Equal(t, id, rs[0].Value)
+	}
+	var byFirst, bySecond int
+	for _, id := range ids {
+		if results[id][0].WorkerID == "term-1" {
+			byFirst++
+		} else {
+			bySecond++
+		}
+	}
+	require.Equal(t, 4, byFirst, "short calls finish within the grace")
+	require.Equal(t, 4, bySecond, "long calls are handed back and rerun")
+	require.False(t, strings.Contains(logs.String(), `"level":"ERROR"`), "no errors logged: %s", &logs)
+}
