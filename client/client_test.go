@@ -428,3 +428,22 @@ func names(es []client.CatalogEntry) []string {
 	}
 	return out
 }
+
+func TestCollectReturnsStoredResultOfSuppliedCallID(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	conn := bustest.Conn(t, url, "")
+	// A result from an earlier run, in another batch; no worker is running,
+	// so only the stored result can answer.
+	stored, err := json.Marshal(protocol.Result{CallID: "fixed", BatchID: "old", Tool: "echo", OK: true, Value: "earlier"})
+	require.NoError(t, err)
+	_, err = conn.Publish(ctxT(t), "capstan.result.old.fixed", stored, nil, "")
+	require.NoError(t, err)
+	c := newClient(t, url, "")
+	res := c.Collect(ctxT(t), []client.Call{{CallID: "fixed", BatchID: "new", Tool: "echo", SessionID: "s", Args: json.RawMessage(`{}`)}}, 5*time.Second, nil)
+	require.Equal(t, "earlier", res[0].Value)
+	require.Equal(t, "old", res[0].BatchID)
+	n, err := conn.StreamMsgs(ctxT(t), "CAPSTAN_CALLS")
+	require.NoError(t, err)
+	require.Zero(t, n, "an answered call_id is not published again")
+}

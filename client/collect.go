@@ -73,9 +73,10 @@ func (c *Client) ExecuteParallel(ctx context.Context, turn Turn, calls []Call) [
 // Collect publishes calls (in parallel, at most 64 publishes in flight) and
 // returns their results in input order. Calls may belong to different
 // batches; the results of each batch are read from the start of the results
-// stream, so results stored before Collect are found too. A call_id already
-// submitted within the de-duplication window is not run again: Collect
-// returns the first submission's result, whatever its batch. Collect does not
+// stream, so results stored before Collect are found too. A call_id that
+// already has a stored result, or was submitted within the de-duplication
+// window, is not run again: Collect returns the first submission's result,
+// whatever its batch. Collect does not
 // change calls: ids it generates are in the results.
 //
 // wait bounds the wait for results: 0 means the default of Turn.Wait, a
@@ -94,7 +95,9 @@ func (c *Client) Collect(ctx context.Context, calls []Call, wait time.Duration, 
 	var filters []string
 	seenBatch := make(map[string]bool)
 	var toPublish []int
+	supplied := make([]bool, len(calls)) // the caller chose the call_id
 	for i := range calls {
+		supplied[i] = calls[i].CallID != ""
 		out, err := c.prepare(&calls[i])
 		if err != nil {
 			var re *RefusedError
@@ -151,6 +154,15 @@ func (c *Client) Collect(ctx context.Context, calls []Call, wait time.Duration, 
 	for range min(publishParallelism, len(toPublish)) {
 		wg.Go(func() {
 			for i := range next {
+				if supplied[i] {
+					// call_id is the idempotency key: a call answered before
+					// (perhaps in another batch, perhaps before a server
+					// restart erased the de-duplication window) is not run again.
+					if r, found, err := c.Result(ctx, calls[i].CallID); err == nil && found {
+						send(event{callID: calls[i].CallID, res: r})
+						continue
+					}
+				}
 				dup, err := c.publish(ctx, calls[i].CallID, outs[i])
 				switch {
 				case err != nil && ctx.Err() == nil:

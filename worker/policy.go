@@ -61,6 +61,7 @@ func (ps *policies) get(id string) (*capability.Personality, error) {
 		return nil, errors.New("Unknown personality: " + id)
 	}
 	if e.err != nil {
+		//lint:ignore ST1005 shown as is in results, like the spec's refusals
 		return nil, fmt.Errorf("Personality %s is invalid: %v", id, e.err)
 	}
 	return e.p, nil

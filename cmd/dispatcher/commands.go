@@ -172,20 +172,26 @@ func (a *app) printResult(r client.Result, asJSON bool) int {
 func (a *app) cmdTools(ctx context.Context, args []string) int {
 	fs := a.flags("tools")
 	asJSON := fs.Bool("json", false, "print an array of catalog entries")
-	personality := fs.String("personality", "", "the catalog as this personality's LLM sees it (not yet supported)")
+	personality := fs.String("personality", "", "only the tools this personality's LLM may call")
 	if _, code, done := a.parseCommand(fs, args, 0, ""); done {
 		return code
-	}
-	if *personality != "" {
-		a.errorf("tools: --personality is not yet supported")
-		return exitUsage
 	}
 	c, closeFn, ok := a.setup(ctx)
 	if !ok {
 		return exitUsage
 	}
 	defer closeFn()
-	tools, err := c.Tools(ctx)
+	var tools []client.CatalogEntry
+	var err error
+	if *personality != "" {
+		tools, err = c.ToolsFor(ctx, *personality)
+	} else {
+		tools, err = c.Tools(ctx)
+	}
+	if errors.Is(err, client.ErrUnknownPersonality) {
+		a.errorf("tools: %v", err)
+		return exitFailed
+	}
 	if err != nil {
 		a.errorf("tools: %v", err)
 		return exitUsage

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,6 +71,13 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("local mode: %w", err)
 	}
+	var seeded string
+	if cfg.PersonalitiesDir == "" {
+		if seeded, err = seedDefaultPersonality(ctx, cfg, srv.ClientURL()); err != nil {
+			srv.Shutdown()
+			return nil, nil, fmt.Errorf("local mode: %w", err)
+		}
+	}
 	level, _ := cfg.slogLevel() // checked by loadConfig
 	w, err := worker.New(worker.Config{
 		NATSURL:            srv.ClientURL(),
@@ -113,6 +121,10 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 	}
 	fmt.Fprintf(a.stderr, "capstan: local mode: no NATS server at %s; started an embedded JetStream server (store: %s) and an in-process worker pool (%d slots)\n",
 		a.probeURL, dataDir, cfg.Concurrency)
+	if seeded != "" {
+		fmt.Fprintf(a.stderr, "capstan: local mode: no personality %q existed; stored the local default (every built-in tool; no network, secrets or processes; files only under %s)\n",
+			cfg.DefaultPersonality, seeded)
+	}
 
 	c, err := a.newClient(ctx, cfg, srv.ClientURL())
 	if err != nil {
@@ -144,3 +156,45 @@ func isTerminal(w any) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
+
+// seedDefaultPersonality stores the local default personality under the
+// configured default id when none exists yet, and returns the directory it
+// grants ("" when a personality was already there). Local mode calls it only
+// when no CAPSTAN_PERSONALITIES_DIR is configured.
+func seedDefaultPersonality(ctx context.Context, cfg Config, url string) (string, error) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	conn, err := bus.Connect(ctx, bus.Config{URL: url, Prefix: cfg.Prefix, Name: "capstan-dispatcher-setup"})
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	kv, err := conn.KV(ctx, bus.Personalities)
+	if err != nil {
+		return "", err
+	}
+	workdir, _ := json.Marshal(cwd)
+	doc := fmt.Sprintf(localDefaultPersonality, cfg.DefaultPersonality, workdir)
+	if _, err := kv.Create(ctx, cfg.DefaultPersonality, []byte(doc), 0); err != nil {
+		if errors.Is(err, bus.ErrKeyExists) {
+			return "", nil
+		}
+		return "", fmt.Errorf("store the local default personality: %w", err)
+	}
+	return cwd, nil
+}
+
+// localDefaultPersonality is the policy local mode stores when none exists:
+// every built-in tool, default deny for network, nothing for secrets and
+// processes, files only under the directory the dispatcher runs in.
+const localDefaultPersonality = `# Written by "dispatcher" in local mode because no default personality existed.
+id: %s
+fs_reach:
+  workdir: %s
+  read: ["${WORKDIR}"]
+  write: ["${WORKDIR}"]
+secrets: {allow: []}
+process: {allow: []}
+`

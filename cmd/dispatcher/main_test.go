@@ -14,8 +14,6 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
-	"github.com/capstanhq/capstan/internal/tools/builtin"
-	"github.com/capstanhq/capstan/worker"
 	"github.com/stretchr/testify/require"
 )
 
@@ -52,7 +50,6 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"call unknown flag", []string{"call", "echo", "--nope"}, "flag provided but not defined: -nope"},
 		{"batch without file", []string{"batch"}, "capstan: batch: expected one calls file (- for stdin), got 0 arguments"},
 		{"batch missing file", []string{"batch", "/nonexistent/calls.jsonl"}, "capstan: batch: open /nonexistent/calls.jsonl: no such file or directory"},
-		{"tools personality", []string{"tools", "--personality", "coder"}, "capstan: tools: --personality is not yet supported"},
 		{"tools extra argument", []string{"tools", "x"}, `capstan: tools: unexpected argument "x"`},
 		{"result without id", []string{"result"}, "capstan: result: expected one call_id"},
 		{"cancel bad id", []string{"cancel", "a.b"}, `capstan: cancel: call_id "a.b" must match`},
@@ -313,7 +310,6 @@ func TestResultCancelAndProgressCommands(t *testing.T) {
 // server and the real in-process worker pool.
 func TestLocalModeBatch(t *testing.T) {
 	t.Parallel()
-	skipUntilWorkerRuns(t)
 	dataDir, personalities := t.TempDir(), t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(personalities, "default.yaml"), []byte("id: default\ntoolset: [echo]\n"), 0o600))
 	env := map[string]string{"CAPSTAN_DATA_DIR": dataDir, "CAPSTAN_CONCURRENCY": "8", "CAPSTAN_PERSONALITIES_DIR": personalities}
@@ -332,19 +328,6 @@ func TestLocalModeBatch(t *testing.T) {
 	code, _, stderr = runApp(t, ctxT(t), noServer, env, "", "call", "no_such_tool")
 	require.Equal(t, exitFailed, code)
 	require.Contains(t, stderr, "not_available: Unknown tool: no_such_tool\n")
-}
-
-// skipUntilWorkerRuns skips while worker.Run is still a stub.
-func skipUntilWorkerRuns(t *testing.T) {
-	t.Helper()
-	url := bustest.Server(t)
-	w, err := worker.New(worker.Config{NATSURL: url, DataDir: t.TempDir()}, builtin.All()...)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := w.Run(ctx); err != nil && strings.Contains(err.Error(), "not implemented") {
-		t.Skip("waiting for worker.Run")
-	}
 }
 
 func decodeLines(t *testing.T, s string) []client.Result {
@@ -368,4 +351,91 @@ func putCatalog(t *testing.T, url string, entries ...protocol.CatalogEntry) {
 		_, err = kv.Put(ctxT(t), e.Name, data)
 		require.NoError(t, err)
 	}
+}
+
+func TestLocalModeStoresADefaultPersonality(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	cwd, err := os.Getwd()
+	require.NoError(t, err)
+	env := map[string]string{"CAPSTAN_DATA_DIR": dataDir, "CAPSTAN_CONCURRENCY": "4"}
+	noServer := func(a *app) { a.probeURL = "nats://127.0.0.1:1" }
+	code, stdout, stderr := runApp(t, ctxT(t), noServer, env, "", "call", "echo", "--args", `{"text":"hi"}`)
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "hi\n", stdout)
+	require.Contains(t, stderr, `capstan: local mode: no personality "default" existed; stored the local default (every built-in tool; no network, secrets or processes; files only under `+cwd+")\n")
+
+	// The second run finds it and says nothing more.
+	code, stdout, stderr = runApp(t, ctxT(t), noServer, env, "", "personality", "get", "default")
+	require.Equal(t, exitOK, code, stderr)
+	require.NotContains(t, stderr, "stored the local default")
+	require.Contains(t, stdout, "id: default\n")
+	require.Contains(t, stdout, "process: {allow: []}\n")
+}
+
+func TestPersonalityCommands(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	env := map[string]string{"CAPSTAN_NATS_URL": url}
+	caps := json.RawMessage(`{"network":{"allowed_hosts":["api.github.com","evil.example"]}}`)
+	putCatalog(t, url,
+		protocol.CatalogEntry{Name: "echo", Pool: "default", Toolset: "debug", Capabilities: json.RawMessage(`{}`)},
+		protocol.CatalogEntry{Name: "gh", Pool: "default", Toolset: "web", Capabilities: caps},
+		protocol.CatalogEntry{Name: "weather", Pool: "default", Toolset: "web", Capabilities: json.RawMessage(`{}`), Permissions: []string{"weather:read"}})
+	dir := t.TempDir()
+	write := func(name, doc string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(doc), 0o600))
+		return p
+	}
+	bad := write("bad.yaml", "id: researcher\nsafety:\n  network:\n    allow: [\"*.github.com\"]\n")
+	code, _, stderr := runT(t, env, "", "personality", "validate", bad)
+	require.Equal(t, exitFailed, code)
+	require.Equal(t, bad+`: tool gh, network: host "evil.example" is not in personality network allow list`+"\n", stderr)
+
+	code, _, stderr = runT(t, env, "", "personality", "put", bad)
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, stderr, `host "evil.example" is not in personality network allow list`)
+	require.Contains(t, stderr, "capstan: personality put: "+bad+" not stored\n")
+
+	unknownKey := write("typo.yaml", "id: x\ntoolsett: [echo]\nbudget: {result_chars: 0}\n")
+	code, _, stderr = runT(t, env, "", "personality", "validate", unknownKey)
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, stderr, "toolsett")
+	require.Contains(t, stderr, "result_chars")
+	require.Equal(t, 2, strings.Count(stderr, unknownKey+": "), "every problem is printed: %s", stderr)
+
+	good := write("good.yaml", "id: researcher\ntoolset: [echo, gh]\nsafety:\n  network:\n    allow: [\"*.github.com\", evil.example]\n")
+	code, stdout, stderr := runT(t, env, "", "personality", "validate", good)
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "personality researcher is valid\n", stdout)
+	code, stdout, _ = runT(t, env, "", "personality", "put", good)
+	require.Equal(t, exitOK, code)
+	require.Equal(t, "stored personality researcher\n", stdout)
+	code, stdout, _ = runT(t, env, "", "personality", "list")
+	require.Equal(t, exitOK, code)
+	require.Equal(t, "researcher\n", stdout)
+	code, stdout, _ = runT(t, env, "", "personality", "get", "researcher")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, stdout, "toolset: [echo, gh]")
+
+	// tools --personality: exactly the tools that personality's LLM may call.
+	code, stdout, _ = runT(t, env, "", "tools", "--personality", "researcher")
+	require.Equal(t, exitOK, code)
+	require.Equal(t, "NAME  POOL     TOOLSET  DESCRIPTION\necho  default  debug    \ngh    default  web      \n", stdout)
+	code, _, stderr = runT(t, env, "", "tools", "--personality", "nobody")
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, stderr, "Unknown personality: nobody")
+
+	code, stdout, _ = runT(t, env, "", "personality", "delete", "researcher")
+	require.Equal(t, exitOK, code)
+	require.Equal(t, "deleted personality researcher\n", stdout)
+	code, _, stderr = runT(t, env, "", "personality", "get", "researcher")
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, stderr, "Unknown personality: researcher")
+
+	code, _, _ = runT(t, env, "", "personality", "frobnicate")
+	require.Equal(t, exitUsage, code)
+	code, _, _ = runT(t, env, "", "personality", "put")
+	require.Equal(t, exitUsage, code)
 }
