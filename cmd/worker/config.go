@@ -32,25 +32,27 @@ type Config struct {
 	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT"`
 }
 
-// validate rejects values that the worker package would read as "use the
-// default" (zero), so an explicit CAPSTAN_CONCURRENCY=0 is an error, not 64.
+// validate rejects the explicit zero values that the worker package would
+// read as "use the default": CAPSTAN_CONCURRENCY=0 is an error, not 64. Every
+// other range check is the worker package's.
 func (c Config) validate() error {
 	var errs []error
-	if c.Concurrency < 1 {
-		errs = append(errs, fmt.Errorf("CAPSTAN_CONCURRENCY must be at least 1, got %d", c.Concurrency))
-	}
-	if c.MaxDeliver < 1 {
-		errs = append(errs, fmt.Errorf("CAPSTAN_MAX_DELIVER must be at least 1, got %d", c.MaxDeliver))
-	}
-	if c.CallTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("CAPSTAN_CALL_TIMEOUT must be positive, got %s", c.CallTimeout))
-	}
-	if c.ShutdownGrace < 0 {
-		errs = append(errs, fmt.Errorf("CAPSTAN_SHUTDOWN_GRACE must not be negative, got %s", c.ShutdownGrace))
-	}
-	for name, v := range map[string]string{"CAPSTAN_DATA_DIR": c.DataDir, "CAPSTAN_SUBJECT_PREFIX": c.Prefix, "CAPSTAN_POOL": c.Pool, "CAPSTAN_DEFAULT_PERSONALITY": c.DefaultPersonality, "CAPSTAN_SECRETS_BACKEND": c.SecretsBackend} {
-		if v == "" {
-			errs = append(errs, fmt.Errorf("%s must not be empty", name))
+	for _, z := range []struct {
+		name string
+		zero bool
+		want string
+	}{
+		{"CAPSTAN_CONCURRENCY", c.Concurrency == 0, "must be at least 1, got 0"},
+		{"CAPSTAN_MAX_DELIVER", c.MaxDeliver == 0, "must be at least 1, got 0"},
+		{"CAPSTAN_CALL_TIMEOUT", c.CallTimeout == 0, "must be positive, got 0s"},
+		{"CAPSTAN_DATA_DIR", c.DataDir == "", "must not be empty"},
+		{"CAPSTAN_SUBJECT_PREFIX", c.Prefix == "", "must not be empty"},
+		{"CAPSTAN_POOL", c.Pool == "", "must not be empty"},
+		{"CAPSTAN_DEFAULT_PERSONALITY", c.DefaultPersonality == "", "must not be empty"},
+		{"CAPSTAN_SECRETS_BACKEND", c.SecretsBackend == "", "must not be empty"},
+	} {
+		if z.zero {
+			errs = append(errs, fmt.Errorf("%s %s", z.name, z.want))
 		}
 	}
 	return errors.Join(errs...)
@@ -67,7 +69,16 @@ func (c Config) worker() worker.Config {
 		NATSURL: c.NATSURL, NATSCreds: c.NATSCreds, DataDir: c.DataDir, Prefix: c.Prefix,
 		PersonalitiesDir: c.PersonalitiesDir, DefaultPersonality: c.DefaultPersonality, WorkerID: c.WorkerID,
 		Concurrency: c.Concurrency, Pool: c.Pool, Tools: tools, MaxDeliver: c.MaxDeliver,
-		CallTimeout: c.CallTimeout, ShutdownGrace: max(c.ShutdownGrace, time.Millisecond), SecretsBackend: c.SecretsBackend,
+		CallTimeout: c.CallTimeout, ShutdownGrace: zeroGrace(c.ShutdownGrace), SecretsBackend: c.SecretsBackend,
 		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix,
 	}
+}
+
+// zeroGrace maps CAPSTAN_SHUTDOWN_GRACE=0 (hand back at once) to the
+// smallest grace the worker package accepts; 0 there means its default.
+func zeroGrace(d time.Duration) time.Duration {
+	if d == 0 {
+		return time.Millisecond
+	}
+	return d
 }
