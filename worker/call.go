@@ -60,6 +60,12 @@ func (w *Worker) handle(m *bus.Msg) {
 		w.rejectMalformed(m, subjectTool, de, err)
 		return
 	}
+	if v := m.Header.Get(protocol.HeaderProtocol); v != "" && v != protocol.Version {
+		// A newer client: answer rather than guess at its fields.
+		w.finish(m, &call, refuse(&call, protocol.DecisionDecode, protocol.CodeInputInvalid,
+			fmt.Sprintf("invalid call: header Capstan-Protocol %q is not supported (this worker speaks %s)", v, protocol.Version)))
+		return
+	}
 
 	ctx, cancel := opCtx()
 	_, done, err := w.kv.completions.Get(ctx, call.CallID)

@@ -424,3 +424,19 @@ func TestCopyOfRunningCallIsAnsweredOnce(t *testing.T) {
 	}, 15*time.Second, 20*time.Millisecond)
 	require.Equal(t, 1, e.resultsOn("cp", "cp"))
 }
+
+func TestUnsupportedProtocolVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(worker.Config{})
+	body := []byte(`{"call_id":"v2","tool":"echo","args":{"text":"x"},"session_id":"s"}`)
+	_, err := e.conn.Publish(ctxT(t), "capstan.call.default.echo", body, bus.Header{"Capstan-Protocol": {"2"}}, "v2")
+	require.NoError(t, err)
+	r := e.result("v2", "v2")
+	require.Equal(t, protocol.CodeInputInvalid, r.Code)
+	require.Equal(t, `invalid call: header Capstan-Protocol "2" is not supported (this worker speaks 1)`, r.Error)
+	// No header at all is accepted (clients in other languages may omit it).
+	_, err = e.conn.Publish(ctxT(t), "capstan.call.default.echo", []byte(`{"call_id":"v0","tool":"echo","args":{"text":"x"},"session_id":"s"}`), nil, "v0")
+	require.NoError(t, err)
+	require.True(t, e.result("v0", "v0").OK)
+}
