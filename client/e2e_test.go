@@ -21,7 +21,7 @@ import (
 
 // startWorker runs a real worker with the built-in tools and a permissive
 // default personality until the test ends.
-func startWorker(t *testing.T, url string) {
+func startWorker(t testing.TB, url string) {
 	t.Helper()
 	conn := bustest.Conn(t, url, "")
 	kv, err := conn.KV(ctxT(t), bus.Personalities)

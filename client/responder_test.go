@@ -32,7 +32,7 @@ type responder struct {
 }
 
 // startResponder serves pool on the server at url until the test ends.
-func startResponder(t *testing.T, url, prefix, pool string) *responder {
+func startResponder(t testing.TB, url, prefix, pool string) *responder {
 	t.Helper()
 	r := &responder{
 		conn:     bustest.Conn(t, url, prefix),
@@ -130,7 +130,7 @@ func putCatalog(t *testing.T, conn *bus.Conn, entries ...protocol.CatalogEntry) 
 	}
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
