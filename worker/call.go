@@ -235,7 +235,7 @@ func (w *Worker) heartbeat(m *bus.Msg, callID string) (stop func()) {
 // dead-letter the call and publish its abandonment result.
 func (w *Worker) retryLater(m *bus.Msg, call *protocol.Call, cause error) {
 	w.recordFailure(call.CallID, cause.Error())
-	delay := min(time.Duration(1<<min(m.Deliveries, 5))*500*time.Millisecond, 15*time.Second)
+	delay := retryDelay(m.Deliveries)
 	w.log.Warn("infrastructure fault; call will be redelivered", "call_id", call.CallID, "tool", call.Tool,
 		"deliveries", m.Deliveries, "retry_in", delay.String(), "error", cause)
 	_ = m.Nak(delay)
@@ -252,4 +252,13 @@ func (w *Worker) recordFailure(callID, reason string) {
 	if _, err := w.kv.failures.Put(ctx, callID, []byte(oneLine(reason))); err != nil {
 		w.log.Warn("cannot record failure reason", "call_id", callID, "error", err)
 	}
+}
+
+// retryDelay is the redelivery delay after an infrastructure fault on the
+// given delivery: 1s, 2s, 4s, 8s, then 15s (bus.RetryBackoffText).
+func retryDelay(deliveries uint64) time.Duration {
+	if deliveries < 1 {
+		deliveries = 1
+	}
+	return min(time.Second<<min(deliveries-1, 4), 15*time.Second)
 }

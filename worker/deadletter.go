@@ -58,30 +58,57 @@ func (w *Worker) deadLetter(m *bus.Msg, toolTok, reason string) error {
 	h.Set(protocol.HeaderDeliveries, strconv.FormatUint(max(m.Deliveries, 1), 10))
 	h.Set(protocol.HeaderOriginalSubject, m.Subject)
 	h.Set(protocol.HeaderDeadAt, time.Now().UTC().Format(time.RFC3339))
-	delete(h, protocol.HeaderMsgID)
 	ctx, cancel := opCtx()
 	defer cancel()
-	msgID := "dlq-" + strconv.FormatUint(m.StreamSeq, 10)
-	if _, err := w.conn.Publish(ctx, subject, m.Data, h, msgID); err != nil {
+	// The original headers are kept, Nats-Msg-Id included: one dead letter
+	// per call within the DLQ stream's duplicate window.
+	if _, err := w.conn.Publish(ctx, subject, m.Data, h, ""); err != nil {
 		return fmt.Errorf("dead-letter: %w", err)
 	}
 	return nil
 }
 
+// handleAbandoned consumes the pool's max-deliveries advisories until ctx
+// ends. An advisory that cannot be handled now is retried later: it stays in
+// the advisories stream until a worker of the pool has dealt with it.
+func (w *Worker) handleAbandoned(ctx context.Context, cons *bus.PoolConsumer) {
+	for ctx.Err() == nil {
+		_, err := cons.Fetch(ctx, 16, time.Second, func(m *bus.Msg) {
+			a, err := bus.ParseMaxDeliveries(m.Data)
+			if err != nil {
+				w.log.Warn("ignoring malformed advisory", "error", err)
+				w.ack(m, "")
+				return
+			}
+			if err := w.onMaxDeliveries(a); err != nil {
+				w.log.Warn("cannot handle abandoned call yet; will retry", "stream_seq", a.StreamSeq, "error", err)
+				_ = m.Nak(5 * time.Second)
+				return
+			}
+			w.ack(m, "")
+		})
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("fetch abandoned calls failed", "error", err)
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+			}
+		}
+	}
+}
+
 // onMaxDeliveries handles a call that reached MaxDeliver: it is copied to the
 // DLQ with its last failure reason, answered with the abandonment result
-// (unless already answered), and removed from the calls stream. One worker of
-// the pool receives each advisory (queue group).
-func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) {
+// (unless already answered), and removed from the calls stream.
+func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 	ctx, cancel := opCtx()
 	defer cancel()
 	m, err := w.conn.GetMsg(ctx, w.names.CallsStream(), a.StreamSeq)
 	if errors.Is(err, bus.ErrNotFound) {
-		return
+		return nil // already handled
 	}
 	if err != nil {
-		w.log.Error("cannot read abandoned call", "stream_seq", a.StreamSeq, "error", err)
-		return
+		return fmt.Errorf("read abandoned call: %w", err)
 	}
 	m.Deliveries = a.Deliveries
 	_, subjectTool, _ := w.names.ParseCallSubject(m.Subject)
@@ -100,32 +127,37 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) {
 			reason = string(e.Value)
 		}
 	}
-	if err := w.deadLetter(m, toolTok, reason); err != nil {
-		w.log.Error("cannot dead-letter abandoned call", "call_id", call.CallID, "error", err)
-		return
-	}
 	if call.CallID != "" {
-		if _, done, err := w.kv.completions.Get(ctx, call.CallID); err == nil && !done {
-			o := refuse(&call, protocol.DecisionAbandoned, protocol.CodeExecutionFailed,
-				fmt.Sprintf("call abandoned after %d deliveries: %s", a.Deliveries, reason))
-			o.result.Deliveries = int(a.Deliveries)
-			if err := w.publishResult(call.CallID, o.result, m.Header); err != nil {
-				w.log.Error("cannot publish abandonment result", "call_id", call.CallID, "error", err)
-			} else {
-				w.recordCompletion(call.CallID)
-			}
-			w.audit(&call, o, int(a.Deliveries))
+		_, done, err := w.kv.completions.Get(ctx, call.CallID)
+		if err != nil {
+			return fmt.Errorf("read completion record: %w", err)
+		}
+		if done {
+			// Answered after all (e.g. a late ack was lost): nothing is abandoned.
+			return w.conn.DeleteMsg(ctx, w.names.CallsStream(), a.StreamSeq)
 		}
 	}
+	if err := w.deadLetter(m, toolTok, reason); err != nil {
+		return err
+	}
+	if call.CallID != "" {
+		o := refuse(&call, protocol.DecisionAbandoned, protocol.CodeExecutionFailed,
+			fmt.Sprintf("call abandoned after %d deliveries: %s", a.Deliveries, reason))
+		o.result.Deliveries = int(a.Deliveries)
+		if err := w.publishResult(call.CallID, o.result, m.Header); err != nil {
+			return err
+		}
+		w.recordCompletion(call.CallID)
+		w.audit(&call, o, int(a.Deliveries))
+	}
 	if err := w.conn.DeleteMsg(ctx, w.names.CallsStream(), a.StreamSeq); err != nil {
-		w.log.Warn("cannot remove abandoned call from the stream", "call_id", call.CallID, "error", err)
+		return err
 	}
 	w.log.Error("call abandoned", "call_id", call.CallID, "tool", toolTok, "deliveries", a.Deliveries, "reason", reason)
+	return nil
 }
 
 // oneLine folds a message onto one line for a header.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
-
-var _ = context.Background

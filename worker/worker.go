@@ -184,16 +184,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = cancelSub.Stop() }()
-	dlqSub, err := conn.OnMaxDeliveries(w.cfg.Pool, "capstan-abandon-"+w.cfg.Pool, w.onMaxDeliveries)
+	abandoned, err := conn.AbandonedConsumer(startCtx, w.cfg.Pool)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = dlqSub.Stop() }()
 	cons, err := conn.PoolConsumer(startCtx, w.cfg.Pool, w.cfg.MaxDeliver)
 	if err != nil {
 		return err
 	}
 	go w.heartbeatRegistration(ctx)
+	abandonDone := make(chan struct{})
+	go func() { defer close(abandonDone); w.handleAbandoned(ctx, abandoned) }()
+	defer func() { <-abandonDone }()
 
 	w.log.InfoContext(ctx, "worker ready", "worker_id", w.cfg.WorkerID, "pool", w.cfg.Pool, "tools", len(w.order), "concurrency", w.cfg.Concurrency)
 	close(w.ready)

@@ -85,7 +85,7 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 		Prefix:             cfg.Prefix,
 		Concurrency:        cfg.Concurrency,
 		CallTimeout:        cfg.CallTimeout,
-		ShutdownGrace:      cfg.ShutdownGrace,
+		ShutdownGrace:      max(cfg.ShutdownGrace, time.Millisecond), // 0 = hand back at once, as in the worker binary
 		MaxDeliver:         cfg.MaxDeliver,
 		PersonalitiesDir:   cfg.PersonalitiesDir,
 		DefaultPersonality: cfg.DefaultPersonality,

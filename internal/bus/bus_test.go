@@ -221,14 +221,10 @@ func TestTailFromStartAndLastMsg(t *testing.T) {
 	require.True(t, errors.Is(err, bus.ErrNotFound))
 }
 
-func TestMaxDeliveriesAdvisory(t *testing.T) {
+func TestMaxDeliveriesAdvisoryIsKeptUntilHandled(t *testing.T) {
 	t.Parallel()
 	c := bustest.Conn(t, bustest.Server(t), "")
-	got := make(chan bus.MaxDeliveries, 1)
-	sub, err := c.OnMaxDeliveries("default", "q", func(a bus.MaxDeliveries) { got <- a })
-	require.NoError(t, err)
-	defer sub.Stop()
-	_, err = c.Publish(ctxT(t), "capstan.call.default.echo", []byte("x"), nil, "")
+	_, err := c.Publish(ctxT(t), "capstan.call.default.echo", []byte("x"), nil, "")
 	require.NoError(t, err)
 	cons, err := c.PoolConsumer(ctxT(t), "default", 2)
 	require.NoError(t, err)
@@ -237,18 +233,29 @@ func TestMaxDeliveriesAdvisory(t *testing.T) {
 		require.Len(t, msgs, 1)
 		require.NoError(t, msgs[0].Nak(0))
 	}
-	// The server sends the advisory when it would deliver a third time.
+	// The server sends the advisory when it would deliver a third time;
+	// nobody listens yet, the advisories stream keeps it.
 	_ = fetch(t, cons, 1, 500*time.Millisecond)
-	select {
-	case a := <-got:
-		require.EqualValues(t, 1, a.StreamSeq)
-		m, err := c.GetMsg(ctxT(t), "CAPSTAN_CALLS", a.StreamSeq)
-		require.NoError(t, err)
-		require.Equal(t, "x", string(m.Data))
-		require.NoError(t, c.DeleteMsg(ctxT(t), "CAPSTAN_CALLS", a.StreamSeq))
-	case <-ctxT(t).Done():
-		t.Fatal("no max-deliveries advisory")
-	}
+	require.Eventually(t, func() bool {
+		n, err := c.StreamMsgs(ctxT(t), "CAPSTAN_ADVISORIES")
+		return err == nil && n == 1
+	}, 10*time.Second, 20*time.Millisecond)
+
+	ab, err := c.AbandonedConsumer(ctxT(t), "default")
+	require.NoError(t, err)
+	msgs := fetch(t, ab, 1, 5*time.Second)
+	require.Len(t, msgs, 1)
+	a, err := bus.ParseMaxDeliveries(msgs[0].Data)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, a.StreamSeq)
+	require.EqualValues(t, 2, a.Deliveries)
+	m, err := c.GetMsg(ctxT(t), "CAPSTAN_CALLS", a.StreamSeq)
+	require.NoError(t, err)
+	require.Equal(t, "x", string(m.Data))
+	require.NoError(t, c.DeleteMsg(ctxT(t), "CAPSTAN_CALLS", a.StreamSeq))
+	require.NoError(t, msgs[0].Ack(ctxT(t)))
+	_, err = bus.ParseMaxDeliveries([]byte("{}"))
+	require.Error(t, err)
 }
 
 func fetch(t *testing.T, cons *bus.PoolConsumer, n int, wait time.Duration) []*bus.Msg {
@@ -281,4 +288,11 @@ func TestFetchPassesEachCallAsItArrives(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("call not passed while the fetch was still waiting")
 	}
+}
+
+func TestFlushWithoutDeadline(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	require.NoError(t, c.PublishCore("capstan.cancel.x", nil, nil))
+	require.NoError(t, c.Flush(context.Background()), "a context without deadline is bounded by Flush itself")
 }

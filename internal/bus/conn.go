@@ -98,8 +98,16 @@ func (c *Conn) Close() { c.nc.Close() }
 // Drain flushes pending publishes and closes the connection.
 func (c *Conn) Drain() error { return c.nc.Drain() }
 
-// Flush waits until the server has processed everything sent so far.
-func (c *Conn) Flush(ctx context.Context) error { return c.nc.FlushWithContext(ctx) }
+// Flush waits until the server has processed everything sent so far, at
+// most 10s when ctx has no deadline of its own.
+func (c *Conn) Flush(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	return c.nc.FlushWithContext(ctx)
+}
 
 // redactURL removes user info from a server URL list before it is shown.
 func redactURL(u string) string {

@@ -72,6 +72,13 @@ func (c *Conn) PoolConsumerConfig(pool string, maxDeliver int) (jetstream.Consum
 		MaxDeliver:    maxDeliver,
 		MaxAckPending: MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// Timing the worker applies on top of the consumer, shown with it.
+		Metadata: map[string]string{
+			"capstan_lease_ttl":        LeaseTTL.String(),
+			"capstan_heartbeat":        HeartbeatEvery.String(),
+			"capstan_retry_backoff":    RetryBackoffText,
+			"capstan_lease_held_retry": HeartbeatEvery.String(),
+		},
 	}, nil
 }
 

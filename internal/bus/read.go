@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/capstanhq/capstan/internal/protocol"
 	"sync"
 	"time"
 
@@ -123,14 +124,33 @@ type MaxDeliveries struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
-// OnMaxDeliveries subscribes (in queue group queue) to the advisory the server
-// sends when a call of pool's consumer exceeds MaxDeliver.
-func (c *Conn) OnMaxDeliveries(pool, queue string, fn func(MaxDeliveries)) (*Subscription, error) {
-	subject := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + c.names.CallsStream() + "." + pool
-	return c.Subscribe(subject, queue, func(_ string, _ Header, data []byte) {
-		var a MaxDeliveries
-		if err := json.Unmarshal(data, &a); err == nil && a.StreamSeq > 0 {
-			fn(a)
-		}
-	})
+// AbandonedConsumer is a pool's durable consumer of the max-deliveries
+// advisories of its calls (stream <P>_ADVISORIES). Advisories wait there
+// until a worker of the pool handles and acks them.
+func (c *Conn) AbandonedConsumer(ctx context.Context, pool string) (*PoolConsumer, error) {
+	if err := protocol.CheckToken("pool", pool); err != nil {
+		return nil, err
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:       "abandoned_" + pool,
+		Description:   "Capstan: abandoned calls of pool " + pool,
+		FilterSubject: maxDeliveriesSubject(c.names.CallsStream(), pool),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       AckWait,
+		MaxDeliver:    -1,
+	}
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.advisoriesStream(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: abandoned-calls consumer %s: %w", pool, err)
+	}
+	return &PoolConsumer{cons: cons, name: cfg.Durable}, nil
+}
+
+// ParseMaxDeliveries decodes an advisory read from AbandonedConsumer.
+func ParseMaxDeliveries(data []byte) (MaxDeliveries, error) {
+	var a MaxDeliveries
+	if err := json.Unmarshal(data, &a); err != nil || a.StreamSeq == 0 {
+		return MaxDeliveries{}, fmt.Errorf("bus: not a max-deliveries advisory: %q", data)
+	}
+	return a, nil
 }

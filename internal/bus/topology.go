@@ -34,6 +34,10 @@ const (
 	MaxAckPending = 20000
 )
 
+// RetryBackoffText describes the nak delays after an infrastructure fault,
+// by delivery count (worker.retryDelay computes them).
+const RetryBackoffText = "1s,2s,4s,8s,15s (capped at 15s)"
+
 // Bucket identifies one of Capstan's KV buckets.
 type Bucket int
 
@@ -47,6 +51,8 @@ const (
 	Workers
 	RateLimits
 	Failures
+	// Storage holds the scoped key-value stores of tools (see internal/scoped/kv).
+	Storage
 )
 
 func (c *Conn) bucketConfig(b Bucket) jetstream.KeyValueConfig {
@@ -69,11 +75,22 @@ func (c *Conn) bucketConfig(b Bucket) jetstream.KeyValueConfig {
 		return jetstream.KeyValueConfig{Bucket: n.RateLimitsBucket(), Description: "Capstan fleet-wide rate-limit counters", History: 1, LimitMarkerTTL: time.Minute, Storage: jetstream.FileStorage, Replicas: r}
 	case Failures:
 		return jetstream.KeyValueConfig{Bucket: n.FailuresBucket(), Description: "Capstan last infrastructure failure per call", History: 1, TTL: RecordTTL, Storage: jetstream.FileStorage, Replicas: r}
+	case Storage:
+		return jetstream.KeyValueConfig{Bucket: n.Prefix() + "_storage", Description: "Capstan scoped tool storage", History: 1, LimitMarkerTTL: StorageMarkerTTL, Storage: jetstream.FileStorage, Replicas: r}
 	}
 	panic(fmt.Sprintf("bus: unknown bucket %d", b))
 }
 
-var allBuckets = []Bucket{Personalities, Tools, Cancels, Completions, Leases, Workers, RateLimits, Failures}
+// advisoriesStream captures the server's max-deliveries advisories for the
+// calls stream, so an abandoned call is handled even when no worker of its
+// pool is connected at the moment the advisory is sent.
+func (c *Conn) advisoriesStream() string { return strings.ToUpper(c.names.Prefix()) + "_ADVISORIES" }
+
+func maxDeliveriesSubject(stream, consumer string) string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + "." + consumer
+}
+
+var allBuckets = []Bucket{Personalities, Tools, Cancels, Completions, Leases, Workers, RateLimits, Failures, Storage}
 
 func (c *Conn) streamConfigs() []jetstream.StreamConfig {
 	n := c.names
@@ -84,6 +101,7 @@ func (c *Conn) streamConfigs() []jetstream.StreamConfig {
 		{Name: n.ProgressStream(), Description: "Capstan progress events", Subjects: []string{n.ProgressFilter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: ProgressMaxAge, MaxMsgsPerSubject: ProgressPerSubject, Replicas: r},
 		{Name: n.DLQStream(), Description: "Capstan dead letters", Subjects: []string{n.DLQFilter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Replicas: r},
 		{Name: n.AuditStream(), Description: "Capstan audit records", Subjects: []string{n.AuditFilter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 30 * 24 * time.Hour, Replicas: r},
+		{Name: c.advisoriesStream(), Description: "Capstan: calls that reached MaxDeliver, kept until a worker of their pool dead-letters them", Subjects: []string{maxDeliveriesSubject(n.CallsStream(), "*")}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Replicas: r},
 	}
 }
 

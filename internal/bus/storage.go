@@ -1,0 +1,110 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StorageMarkerTTL is how long the Storage bucket keeps the marker the server
+// leaves when a key with its own TTL expires (the bucket's limit marker TTL);
+// it is also a sensible marker TTL for Purge on that bucket.
+const StorageMarkerTTL = time.Minute
+
+// EntriesWithPrefix returns the current value of every key below prefix, that
+// is every key of the form prefix+"."+rest. prefix is one or more whole
+// tokens: non-empty, no leading or trailing ".", no empty token, no wildcard
+// ("*", ">") and no white space; anything else is an error. Deleted and purged
+// keys are skipped; a key written while the listing runs is reported once,
+// with its latest revision seen. The order is unspecified. Values are
+// included, so listing costs as much as reading every value below prefix.
+func (k *KV) EntriesWithPrefix(ctx context.Context, prefix string) ([]Entry, error) {
+	if !validTokens(prefix) {
+		return nil, fmt.Errorf("bus: list %s: invalid key prefix %q: want whole tokens without wildcards", k.kv.Bucket(), prefix)
+	}
+	w, err := k.kv.WatchFiltered(ctx, []string{prefix + ".>"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("bus: list %s/%s.>: %w", k.kv.Bucket(), prefix, err)
+	}
+	defer stopWatcher(w)
+	var out []Entry
+	seen := make(map[string]int)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bus: list %s/%s.>: %w", k.kv.Bucket(), prefix, context.Cause(ctx))
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("bus: list %s/%s.>: watcher closed before the listing completed", k.kv.Bucket(), prefix)
+			}
+			if e == nil { // every value present at the start has been seen
+				return out, nil
+			}
+			entry := Entry{Key: e.Key(), Value: e.Value(), Revision: e.Revision(), Created: e.Created()}
+			if i, dup := seen[entry.Key]; dup {
+				if entry.Revision > out[i].Revision {
+					out[i] = entry
+				}
+				continue
+			}
+			seen[entry.Key] = len(out)
+			out = append(out, entry)
+		}
+	}
+}
+
+// stopWatcher stops w and drains what its subscription may still deliver, so
+// the delivery goroutine, which blocks on a full updates channel, can finish.
+func stopWatcher(w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	go func() {
+		for range w.Updates() {
+		}
+	}()
+}
+
+// validTokens reports whether s is one or more non-empty subject tokens
+// separated by "." without wildcards or white space.
+func validTokens(s string) bool {
+	if s == "" {
+		return false
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n\x00") {
+			return false
+		}
+	}
+	return true
+}
+
+// Purge removes key and its history, leaving a purge marker that lives for
+// markerTTL (0 keeps it; a markerTTL > 0 needs a bucket with per-key TTLs and
+// must be at least a second). When rev > 0, key is purged only if rev is still
+// its latest revision, and ErrConflict is returned otherwise. Purging a key
+// that has no value is not an error.
+func (k *KV) Purge(ctx context.Context, key string, rev uint64, markerTTL time.Duration) error {
+	var opts []jetstream.KVDeleteOpt
+	if rev > 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
+	if markerTTL > 0 {
+		opts = append(opts, jetstream.PurgeTTL(markerTTL))
+	}
+	err := k.kv.Purge(ctx, key, opts...)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return ErrConflict
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return ErrConflict
+	}
+	return fmt.Errorf("bus: purge %s/%s: %w", k.kv.Bucket(), key, err)
+}

@@ -1,0 +1,330 @@
+package process_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/scoped/process"
+	"github.com/capstanhq/capstan/tool"
+)
+
+// resolver is shared, as the worker shares one.
+var resolver = process.NewResolver(nil)
+
+// denials records onDeny calls.
+type denials struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (d *denials) record(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.errs = append(d.errs, err)
+}
+
+func (d *denials) all() []error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]error(nil), d.errs...)
+}
+
+func grant(declared ...string) *capability.BinaryGrant {
+	return &capability.BinaryGrant{Declared: declared}
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	tests := []struct {
+		name       string
+		grant      *capability.BinaryGrant
+		maxOutput  int
+		cmd        tool.Command
+		wantStdout string
+		wantStderr string
+		wantExit   int
+		wantDeny   error  // the denial kind
+		wantMsg    string // exact error message (denials and errors)
+		wantIs     error
+	}{
+		{name: "bare name on trusted PATH", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Args: []string{"hello", "world"}}, wantStdout: "hello world\n"},
+		{name: "args are not shell words", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Args: []string{"$HOME;", "`id`", "a b"}}, wantStdout: "$HOME; `id` a b\n"},
+		{name: "true", grant: grant("true"), cmd: tool.Command{Binary: "true"}},
+		{name: "non-zero exit is not an error", grant: grant("false"), cmd: tool.Command{Binary: "false"}, wantExit: 1},
+		{name: "stderr and exit code", grant: grant("cat"), cmd: tool.Command{Binary: "cat", Args: []string{"/no/such/file"}}, wantStderr: "cat: /no/such/file: No such file or directory\n", wantExit: 1},
+		{name: "killed by a signal", grant: grant(exe), cmd: tool.Command{Binary: exe, Env: map[string]string{"CAPSTAN_PROCESS_HELPER": "signal"}}, wantExit: 128 + 15},
+		{name: "stdin", grant: grant("cat"), cmd: tool.Command{Binary: "cat", Stdin: []byte("from stdin")}, wantStdout: "from stdin"},
+		{name: "no stdin is empty", grant: grant("cat"), cmd: tool.Command{Binary: "cat"}},
+		{name: "dir", grant: grant("pwd"), cmd: tool.Command{Binary: "pwd", Dir: dir}, wantStdout: dir + "\n"},
+		{name: "empty dir is root", grant: grant("pwd"), cmd: tool.Command{Binary: "pwd"}, wantStdout: "/\n"},
+		{name: "output cap", grant: grant("seq"), maxOutput: 10, cmd: tool.Command{Binary: "seq", Args: []string{"1", "100000"}}, wantStdout: "1\n2\n3\n4\n5\n" + process.TruncatedMarker},
+		{name: "output exactly at cap is not cut", grant: grant("echo"), maxOutput: 4, cmd: tool.Command{Binary: "echo", Args: []string{"abc"}}, wantStdout: "abc\n"},
+		{name: "path listed exactly", grant: grant("/bin/echo"), cmd: tool.Command{Binary: "/bin/echo", Args: []string{"x"}}, wantStdout: "x\n"},
+		{name: "relative path listed exactly runs in dir", grant: grant("./echo"), cmd: tool.Command{Binary: "./echo", Dir: "/bin", Args: []string{"y"}}, wantStdout: "y\n"},
+		{name: "star allows any", grant: grant("*"), cmd: tool.Command{Binary: "echo", Args: []string{"z"}}, wantStdout: "z\n"},
+		{name: "star under ceiling allows the ceiling", grant: &capability.BinaryGrant{Declared: []string{"*"}, Ceiling: &capability.Ceiling{Allow: []string{"echo"}}}, cmd: tool.Command{Binary: "echo"}, wantStdout: "\n"},
+
+		{name: "not declared", grant: grant("echo"), cmd: tool.Command{Binary: "rm", Args: []string{"-rf", "/"}}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: rm is not in the declared allowedBinaries"},
+		{name: "nil grant", cmd: tool.Command{Binary: "echo"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: echo is not in the declared allowedBinaries"},
+		{name: "empty grant", grant: grant(), cmd: tool.Command{Binary: "echo"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: echo is not in the declared allowedBinaries"},
+		{name: "path not listed though bare name is", grant: grant("echo"), cmd: tool.Command{Binary: "/bin/echo"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: /bin/echo is not in the declared allowedBinaries"},
+		{name: "bare name not listed though path is", grant: grant("/bin/echo"), cmd: tool.Command{Binary: "echo"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: echo is not in the declared allowedBinaries"},
+		{name: "other spelling of a listed path", grant: grant("/bin/echo"), cmd: tool.Command{Binary: "/bin/../bin/echo"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: /bin/../bin/echo is not in the declared allowedBinaries"},
+		{name: "dot-slash not listed", grant: grant("echo"), cmd: tool.Command{Binary: "./echo", Dir: "/bin"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: ./echo is not in the declared allowedBinaries"},
+		{name: "star under ceiling refuses the rest", grant: &capability.BinaryGrant{Declared: []string{"*"}, Ceiling: &capability.Ceiling{Allow: []string{"echo"}}}, cmd: tool.Command{Binary: "true"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: true is not in the declared allowedBinaries"},
+		{name: "ceiling cuts the declaration", grant: &capability.BinaryGrant{Declared: []string{"echo"}, Ceiling: &capability.Ceiling{Allow: []string{"git"}}}, cmd: tool.Command{Binary: "echo"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: echo is not in the declared allowedBinaries"},
+		{name: "LD_PRELOAD", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, wantDeny: tool.ErrEnvNotAllowed, wantMsg: "ENV_NOT_ALLOWED: LD_PRELOAD may not be set for a child process"},
+		{name: "ld_ in lower case", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Env: map[string]string{"ld_library_path": "/tmp"}}, wantDeny: tool.ErrEnvNotAllowed, wantMsg: "ENV_NOT_ALLOWED: ld_library_path may not be set for a child process"},
+		{name: "DYLD_", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Env: map[string]string{"OK": "1", "DYLD_INSERT_LIBRARIES": "x"}}, wantDeny: tool.ErrEnvNotAllowed, wantMsg: "ENV_NOT_ALLOWED: DYLD_INSERT_LIBRARIES may not be set for a child process"},
+
+		{name: "not on trusted PATH", grant: grant("capstan-no-such-binary"), cmd: tool.Command{Binary: "capstan-no-such-binary"}, wantIs: exec.ErrNotFound},
+		{name: "empty env name", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Env: map[string]string{"": "x"}}, wantMsg: `process: invalid environment variable name ""`},
+		{name: "env name with equals", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Env: map[string]string{"A=B": "x"}}, wantMsg: `process: invalid environment variable name "A=B"`},
+		{name: "env name with NUL", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Env: map[string]string{"A\x00B": "x"}}, wantMsg: `process: invalid environment variable name "A\x00B"`},
+		{name: "env value with NUL", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Env: map[string]string{"A": "x\x00y"}}, wantMsg: "process: value of environment variable A contains NUL"},
+		{name: "relative dir", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Dir: "tmp"}, wantMsg: `process: dir "tmp" must be an absolute path`},
+		{name: "relative binary without dir", grant: grant("./echo"), cmd: tool.Command{Binary: "./echo"}, wantMsg: `process: relative binary "./echo" needs an absolute dir`},
+		{name: "empty binary", grant: grant("*"), cmd: tool.Command{Binary: ""}, wantMsg: "process: empty binary name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var d denials
+			r := process.New(tt.grant, resolver, process.Config{MaxOutputBytes: tt.maxOutput}, d.record)
+			res, err := r.Run(context.Background(), tt.cmd)
+			switch {
+			case tt.wantDeny != nil:
+				require.EqualError(t, err, tt.wantMsg)
+				require.ErrorIs(t, err, tt.wantDeny)
+				require.Nil(t, res)
+				require.Equal(t, []error{err}, d.all())
+			case tt.wantMsg != "" || tt.wantIs != nil:
+				require.Error(t, err)
+				if tt.wantMsg != "" {
+					require.EqualError(t, err, tt.wantMsg)
+				}
+				if tt.wantIs != nil {
+					require.ErrorIs(t, err, tt.wantIs)
+				}
+				_, isDenial := tool.DenialCode(err)
+				require.False(t, isDenial)
+				require.Empty(t, d.all())
+			default:
+				require.NoError(t, err)
+				require.Equal(t, tt.wantExit, res.ExitCode)
+				require.Equal(t, tt.wantStdout, string(res.Stdout))
+				require.Equal(t, tt.wantStderr, string(res.Stderr))
+				require.Empty(t, d.all())
+			}
+		})
+	}
+}
+
+// TestRunEnvIsMinimal cannot be parallel: it sets a worker variable that
+// must not reach the child.
+func TestRunEnvIsMinimal(t *testing.T) {
+	t.Setenv("CAPSTAN_TEST_SECRET", "worker-only")
+	cfg := process.Config{Home: "/home/agent", TmpDir: "/var/tmp/agent"}
+	tests := []struct {
+		name string
+		env  map[string]string
+		want map[string]string
+	}{
+		{
+			name: "base only",
+			want: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/agent", "LANG": "C.UTF-8", "TZ": "UTC", "TMPDIR": "/var/tmp/agent"},
+		},
+		{
+			name: "caller variables added and overriding",
+			env:  map[string]string{"GIT_AUTHOR_NAME": "agent", "LANG": "en_US.UTF-8", "EMPTY": ""},
+			want: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/agent", "LANG": "en_US.UTF-8", "TZ": "UTC", "TMPDIR": "/var/tmp/agent", "GIT_AUTHOR_NAME": "agent", "EMPTY": ""},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := process.New(grant("env"), resolver, cfg, nil)
+			res, err := r.Run(context.Background(), tool.Command{Binary: "env", Env: tt.env})
+			require.NoError(t, err)
+			require.Equal(t, 0, res.ExitCode)
+			got := map[string]string{}
+			for line := range strings.Lines(string(res.Stdout)) {
+				name, value, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
+				require.True(t, ok, line)
+				got[name] = value
+			}
+			require.Equal(t, tt.want, got)
+			require.NotContains(t, string(res.Stdout), "worker-only")
+		})
+	}
+}
+
+func TestRunDefaultConfig(t *testing.T) {
+	t.Parallel()
+	r := process.New(grant("env"), nil, process.Config{}, nil)
+	res, err := r.Run(context.Background(), tool.Command{Binary: "env"})
+	require.NoError(t, err)
+	require.Contains(t, string(res.Stdout), "TMPDIR="+os.TempDir()+"\n")
+	require.Contains(t, string(res.Stdout), "HOME="+os.TempDir()+"\n")
+	require.Contains(t, string(res.Stdout), "PATH=/usr/local/bin:/usr/bin:/bin\n")
+}
+
+func TestRunCancel(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		ctx     func() (context.Context, context.CancelFunc)
+		wantErr error
+	}{
+		{
+			name: "cancel with cause",
+			ctx: func() (context.Context, context.CancelFunc) {
+				ctx, cancel := context.WithCancelCause(context.Background())
+				timer := time.AfterFunc(200*time.Millisecond, func() { cancel(errCallCancelled) })
+				return ctx, func() { timer.Stop(); cancel(nil) }
+			},
+			wantErr: errCallCancelled,
+		},
+		{
+			name: "timeout",
+			ctx: func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 200*time.Millisecond)
+			},
+			wantErr: context.DeadlineExceeded,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			r := process.New(grant("sleep"), resolver, process.Config{}, nil)
+			start := time.Now()
+			res, err := r.Run(ctx, tool.Command{Binary: "sleep", Args: []string{"30"}})
+			require.ErrorIs(t, err, tt.wantErr)
+			require.Less(t, time.Since(start), 5*time.Second)
+			require.NotNil(t, res)
+			require.Equal(t, -1, res.ExitCode)
+		})
+	}
+}
+
+var errCallCancelled = errors.New("call cancelled by the dispatcher")
+
+func TestRunAlreadyCancelled(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errCallCancelled)
+	r := process.New(grant("echo"), resolver, process.Config{}, nil)
+	res, err := r.Run(ctx, tool.Command{Binary: "echo"})
+	require.ErrorIs(t, err, errCallCancelled)
+	require.Nil(t, res)
+}
+
+// TestRunKillsProcessGroup cancels a child whose grandchild shares its
+// group and holds its pipes: the whole group dies and Run returns promptly.
+func TestRunKillsProcessGroup(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	pidFile := helperPIDFile(t)
+	r := process.New(grant(exe), resolver, process.Config{}, nil)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+
+	type outcome struct {
+		res *tool.ProcessResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := r.Run(ctx, tool.Command{Binary: exe, Env: map[string]string{"CAPSTAN_PROCESS_HELPER": "group", "CAPSTAN_PROCESS_PIDFILE": pidFile}})
+		done <- outcome{res, err}
+	}()
+	grandchild := waitPID(t, pidFile)
+	require.True(t, alive(grandchild))
+	cancel(errCallCancelled)
+	select {
+	case o := <-done:
+		require.ErrorIs(t, o.err, errCallCancelled)
+		require.Equal(t, "parent done\n", string(o.res.Stdout))
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancellation")
+	}
+	require.Eventually(t, func() bool { return !alive(grandchild) }, 5*time.Second, 10*time.Millisecond, "grandchild survived")
+}
+
+// TestRunKillsLeftoverGroup runs a child that exits at once, leaving a
+// grandchild in its group that holds the pipes: Run kills it and returns.
+func TestRunKillsLeftoverGroup(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	pidFile := helperPIDFile(t)
+	r := process.New(grant(exe), resolver, process.Config{}, nil)
+	res, err := r.Run(context.Background(), tool.Command{Binary: exe, Env: map[string]string{"CAPSTAN_PROCESS_HELPER": "background", "CAPSTAN_PROCESS_PIDFILE": pidFile}})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode)
+	require.Equal(t, "parent done\n", string(res.Stdout))
+	grandchild := waitPID(t, pidFile)
+	require.Eventually(t, func() bool { return !alive(grandchild) }, 5*time.Second, 10*time.Millisecond, "grandchild survived")
+}
+
+// TestRunReturnsWhenPipesAreHeld runs a child whose grandchild left the
+// group (new session) and holds the pipes: Run still returns, after the
+// bounded drain.
+func TestRunReturnsWhenPipesAreHeld(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	pidFile := helperPIDFile(t)
+	r := process.New(grant(exe), resolver, process.Config{}, nil)
+	start := time.Now()
+	res, err := r.Run(context.Background(), tool.Command{Binary: exe, Env: map[string]string{"CAPSTAN_PROCESS_HELPER": "escape", "CAPSTAN_PROCESS_PIDFILE": pidFile}})
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Equal(t, 0, res.ExitCode)
+	require.Equal(t, "parent done\n", string(res.Stdout))
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		cfg     process.Config
+		wantErr string
+	}{
+		{name: "zero value", cfg: process.Config{}},
+		{name: "full", cfg: process.Config{TrustedPATH: []string{"/opt/bin"}, MaxOutputBytes: 10, Home: "/h", TmpDir: "/t"}},
+		{name: "relative PATH entry", cfg: process.Config{TrustedPATH: []string{"/bin", "bin"}}, wantErr: `process config: TrustedPATH[1] "bin" must be an absolute directory without ':'`},
+		{name: "PATH entry with separator", cfg: process.Config{TrustedPATH: []string{"/bin:/tmp"}}, wantErr: `process config: TrustedPATH[0] "/bin:/tmp" must be an absolute directory without ':'`},
+		{name: "negative cap", cfg: process.Config{MaxOutputBytes: -1}, wantErr: "process config: MaxOutputBytes -1 must not be negative"},
+		{name: "relative home", cfg: process.Config{Home: "h"}, wantErr: `process config: Home "h" must be absolute`},
+		{name: "relative tmp", cfg: process.Config{TmpDir: "t"}, wantErr: `process config: TmpDir "t" must be absolute`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.cfg.Validate()
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tt.wantErr)
+			require.Panics(t, func() { process.New(nil, nil, tt.cfg, nil) })
+		})
+	}
+}

@@ -1,0 +1,97 @@
+// Package secrets is the scoped secrets accessor: it gives a tool the secret
+// refs its resolved grant allows and nothing else, and remembers every value
+// it handed out so the worker can redact them.
+package secrets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/secrets"
+	"github.com/capstanhq/capstan/tool"
+)
+
+// ErrNoBackend is returned when the accessor was built without a backend. The
+// worker refuses such calls before they run (fail closed), so a tool sees it
+// only through a wiring mistake.
+var ErrNoBackend = errors.New("secrets backend is not configured")
+
+// Accessor implements tool.Secrets for one call. It is safe for concurrent use.
+type Accessor struct {
+	grant   *capability.RefGrant
+	backend secrets.Backend
+	onDeny  func(error)
+
+	mu       sync.Mutex
+	resolved []string
+	seen     map[string]struct{}
+}
+
+var _ tool.Secrets = (*Accessor)(nil)
+
+// New returns the secrets accessor of one call: g is the call's resolved
+// grant (nil allows nothing), b the configured backend, and onDeny, when not
+// nil, is called with every denial before it is returned (for audit and
+// metrics).
+func New(g *capability.RefGrant, b secrets.Backend, onDeny func(error)) *Accessor {
+	return &Accessor{grant: g, backend: b, onDeny: onDeny, seen: make(map[string]struct{})}
+}
+
+// Secret returns the value of ref. Errors, none of which contains the ref or
+// a value:
+//
+//   - a ref the grant does not allow (also a ref with an empty, "." or ".."
+//     segment, and every ref under a nil grant): a *tool.DenialError matching
+//     tool.ErrSecretNotDeclared, "SECRET_NOT_DECLARED: requested secret is not
+//     permitted for this tool";
+//   - a ref without a value: secrets.ErrNotFound, "secret not found";
+//   - any other backend error (secrets.ErrUnavailable, the context's error),
+//     wrapped so errors.Is still matches it.
+//
+// Every value returned is remembered for Resolved.
+func (a *Accessor) Secret(ctx context.Context, ref string) (string, error) {
+	if err := a.grant.Check(ref); err != nil {
+		if a.onDeny != nil {
+			a.onDeny(err)
+		}
+		return "", err
+	}
+	if a.backend == nil {
+		return "", ErrNoBackend
+	}
+	v, err := a.backend.Resolve(ctx, ref)
+	switch {
+	case errors.Is(err, secrets.ErrNotFound):
+		// A fresh sentinel, never the backend's error, which might name the ref.
+		return "", secrets.ErrNotFound
+	case err != nil:
+		return "", fmt.Errorf("resolve secret: %w", err)
+	}
+	a.remember(v)
+	return v, nil
+}
+
+func (a *Accessor) remember(v string) {
+	if v == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.seen[v]; ok {
+		return
+	}
+	a.seen[v] = struct{}{}
+	a.resolved = append(a.resolved, v)
+}
+
+// Resolved returns every distinct non-empty value Secret has returned so far
+// in this call, in the order first returned, as a new slice. The worker
+// redacts them from the tool's result, errors, progress, logs and spans.
+func (a *Accessor) Resolved() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.resolved...)
+}
