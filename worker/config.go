@@ -54,7 +54,12 @@ type Config struct {
 	SecretsFile string
 	// SecretsEnvPrefix is the env backend's prefix; default CAPSTAN_SECRET_.
 	SecretsEnvPrefix string
-	// Home is the value of ${HOME} in personalities; default the user's home.
+	// SecretCacheTTL is how long a resolved secret is reused; default 60s.
+	SecretCacheTTL time.Duration
+	// Getenv reads the env secrets backend's variables; default os.Getenv.
+	Getenv func(string) string
+	// Home is the value of ${HOME} in personalities and the home of the
+	// file floor (~/.ssh, ...); default the user's home.
 	Home string
 	// Logger receives one line per call outcome; default slog.Default().
 	Logger *slog.Logger
@@ -85,6 +90,10 @@ func (c Config) withDefaults() Config {
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 30*time.Second)
 	c.SecretsBackend = cmp.Or(c.SecretsBackend, SecretsEnv)
 	c.SecretsEnvPrefix = cmp.Or(c.SecretsEnvPrefix, "CAPSTAN_SECRET_")
+	c.SecretCacheTTL = cmp.Or(c.SecretCacheTTL, 60*time.Second)
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
 	if c.Home == "" {
 		c.Home, _ = os.UserHomeDir()
 	}
@@ -118,6 +127,9 @@ func (c Config) validate() error {
 	}
 	if c.CallTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_CALL_TIMEOUT must be positive, got %s", c.CallTimeout))
+	}
+	if c.SecretCacheTTL < 0 {
+		errs = append(errs, fmt.Errorf("CAPSTAN_SECRET_CACHE_TTL must not be negative, got %s", c.SecretCacheTTL))
 	}
 	if c.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_SHUTDOWN_GRACE must not be negative, got %s", c.ShutdownGrace))

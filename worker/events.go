@@ -12,13 +12,15 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/shape"
 	"github.com/capstanhq/capstan/tool"
 )
 
 // emitter returns the call's Emit function: it validates the event, applies
 // the internal default audience, numbers it and publishes it on
 // <p>.progress.<audience>.<batch>.<call>.
-func (w *Worker) emitter(call *protocol.Call) func(tool.Progress) error {
+// Secret values the call resolved are redacted from the message.
+func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progress) error {
 	var seq atomic.Int64
 	batch := call.EffectiveBatchID()
 	return func(p tool.Progress) error {
@@ -34,7 +36,7 @@ func (w *Worker) emitter(call *protocol.Call) func(tool.Progress) error {
 			return err
 		}
 		ev := protocol.Progress{Type: protocol.ProgressType, CallID: call.CallID, BatchID: batch, ToolName: call.Tool,
-			Message: p.Message, Percent: p.Percent, Audience: aud, Seq: seq.Add(1), Time: time.Now().UTC()}
+			Message: shape.Redact(p.Message, secretValues(tc)), Percent: p.Percent, Audience: aud, Seq: seq.Add(1), Time: time.Now().UTC()}
 		data, err := json.Marshal(ev)
 		if err != nil {
 			return err

@@ -101,6 +101,8 @@ func (w *Worker) process(m *bus.Msg, call *protocol.Call, r *running) outcome {
 	if grant.FS != nil {
 		tc.WorkingDir = grant.FS.WorkingDir
 	}
+	rec := &denials{}
+	w.attach(tc, grant, rec)
 	// 10. Dry run: nothing runs.
 	if call.DryRun {
 		text, err := shape.DryRun(call.Tool, call.Args)
@@ -115,13 +117,16 @@ func (w *Worker) process(m *bus.Msg, call *protocol.Call, r *running) outcome {
 	if errors.Is(cause, errShutdown) {
 		return outcome{handback: true}
 	}
+	if isInfra(cause) {
+		return outcome{infra: cause}
+	}
 	if cause != nil {
 		res = tool.Fail(tool.CodeExecutionFailed, cause.Error())
 	}
 	// 12–15. Reduce, redact, trim, wrap.
 	out := w.shapeResult(h, call, tc, res)
 	out.DurationMS = time.Since(start).Milliseconds()
-	return outcome{result: out, decision: protocol.DecisionAllowed}
+	return outcome{result: out, decision: protocol.DecisionAllowed, denials: rec.list()}
 }
 
 func refusal(call *protocol.Call, r *capability.Refusal) outcome {
@@ -138,28 +143,20 @@ func available(ctx context.Context, h *hosted, tc *tool.Context) (ok bool) {
 	return h.Available(ctx, tc)
 }
 
-// missingBackend returns the fail-closed refusal when the tool declares a
-// capability whose backend is not configured.
-func (w *Worker) missingBackend(t *tool.Tool) string {
-	if len(t.Capabilities.Secrets) > 0 && w.cfg.SecretsBackend == SecretsNone {
-		return "Tool " + t.Name + " declares capabilities but no capability backends are configured: secrets backend (CAPSTAN_SECRETS_BACKEND=none)"
-	}
-	return ""
-}
-
 // toolContext builds the tool's view of the call.
 func (w *Worker) toolContext(call *protocol.Call, p *capability.Personality) *tool.Context {
 	budget := call.ResultBudgetChars
 	if budget <= 0 {
 		budget = int64(cmp.Or(p.BudgetChars, protocol.DefaultTurnBudgetChars))
 	}
-	return &tool.Context{
+	tc := &tool.Context{
 		CallID: call.CallID, BatchID: call.EffectiveBatchID(), SessionID: call.SessionID, SessionKey: call.SessionKey,
 		Platform: cmp.Or(call.Platform, protocol.DefaultPlatform), WorkingDir: cmp.Or(call.WorkingDir, p.FSReach.Workdir),
 		AgentID: call.AgentID, PersonalityID: p.ID, TeamID: call.TeamID, MemoryScopeID: call.MemoryScopeID,
 		CurrentTurn: call.CurrentTurn, MessageCount: call.MessageCount, ResultBudgetChars: budget, DryRun: call.DryRun,
-		EmitFunc: w.emitter(call),
 	}
+	tc.EmitFunc = w.emitter(call, tc)
+	return tc
 }
 
 // execute runs the tool with the call's timeout. It returns the tool's result,
@@ -199,6 +196,9 @@ func (w *Worker) execute(h *hosted, call *protocol.Call, tc *tool.Context, r *ru
 		return tool.Result{}, context.Cause(ctx)
 	}
 	if out.err != nil {
+		if isInfra(out.err) {
+			return tool.Result{}, out.err
+		}
 		return tool.Fail(tool.CodeExecutionFailed, out.err.Error()), nil
 	}
 	if !out.res.OK && !protocol.Code(out.res.Code).Valid() {

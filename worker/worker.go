@@ -16,6 +16,9 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/ratelimit"
+	scopedfs "github.com/capstanhq/capstan/internal/scoped/fs"
+	"github.com/capstanhq/capstan/internal/scoped/process"
+	"github.com/capstanhq/capstan/internal/secrets"
 	"github.com/capstanhq/capstan/internal/shape"
 	"github.com/capstanhq/capstan/tool"
 )
@@ -43,6 +46,12 @@ type Worker struct {
 	// errShutdown when the shutdown grace ends.
 	execBase   context.Context
 	cancelExec context.CancelCauseFunc
+
+	// Shared by the scoped accessors (built by New).
+	secrets  secrets.Backend
+	resolver *process.Resolver
+	fsCfg    scopedfs.Config
+	procCfg  process.Config
 }
 
 type hosted struct {
@@ -52,7 +61,7 @@ type hosted struct {
 }
 
 type buckets struct {
-	personalities, tools, cancels, completions, leases, workers, ratelimits, failures *bus.KV
+	personalities, tools, cancels, completions, leases, workers, ratelimits, failures, storage *bus.KV
 }
 
 // New checks cfg and the tools and returns a worker ready to Run. Tools not
@@ -104,6 +113,9 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 	}
 	if len(w.order) == 0 {
 		return nil, errors.New("worker: no tools to host")
+	}
+	if err := w.backends(); err != nil {
+		return nil, err
 	}
 	for name, fn := range builtinReducers {
 		if _, ok := w.tools[name]; ok {
@@ -211,7 +223,7 @@ func (w *Worker) openBuckets(ctx context.Context) error {
 	}{
 		{&w.kv.personalities, bus.Personalities}, {&w.kv.tools, bus.Tools}, {&w.kv.cancels, bus.Cancels},
 		{&w.kv.completions, bus.Completions}, {&w.kv.leases, bus.Leases}, {&w.kv.workers, bus.Workers},
-		{&w.kv.ratelimits, bus.RateLimits}, {&w.kv.failures, bus.Failures},
+		{&w.kv.ratelimits, bus.RateLimits}, {&w.kv.failures, bus.Failures}, {&w.kv.storage, bus.Storage},
 	} {
 		kv, err := w.conn.KV(ctx, b.id)
 		if err != nil {

@@ -27,6 +27,7 @@ type Config struct {
 	SecretsBackend     string        `env:"CAPSTAN_SECRETS_BACKEND" envDefault:"env"`
 	SecretsFile        string        `env:"CAPSTAN_SECRETS_FILE"`
 	SecretsEnvPrefix   string        `env:"CAPSTAN_SECRETS_ENV_PREFIX" envDefault:"CAPSTAN_SECRET_"`
+	SecretCacheTTL     time.Duration `env:"CAPSTAN_SECRET_CACHE_TTL" envDefault:"60s"`
 	HTTPAddr           string        `env:"CAPSTAN_HTTP_ADDR" envDefault:"127.0.0.1:9464"`
 	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" envDefault:"info"`
 	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT"`
@@ -70,7 +71,7 @@ func (c Config) worker() worker.Config {
 		PersonalitiesDir: c.PersonalitiesDir, DefaultPersonality: c.DefaultPersonality, WorkerID: c.WorkerID,
 		Concurrency: c.Concurrency, Pool: c.Pool, Tools: tools, MaxDeliver: c.MaxDeliver,
 		CallTimeout: c.CallTimeout, ShutdownGrace: zeroGrace(c.ShutdownGrace), SecretsBackend: c.SecretsBackend,
-		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix,
+		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix, SecretCacheTTL: c.SecretCacheTTL,
 	}
 }
 

@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	wc := cfg.worker()
 	wc.Logger = log
+	wc.Getenv = getenv
 	w, err := worker.New(wc, builtin.All()...)
 	if err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)

@@ -1,0 +1,118 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/scoped/fetch"
+	scopedfs "github.com/capstanhq/capstan/internal/scoped/fs"
+	scopedkv "github.com/capstanhq/capstan/internal/scoped/kv"
+	"github.com/capstanhq/capstan/internal/scoped/process"
+	scopedsecrets "github.com/capstanhq/capstan/internal/scoped/secrets"
+	"github.com/capstanhq/capstan/internal/secrets"
+	"github.com/capstanhq/capstan/tool"
+)
+
+// denials records the capability denials raised while a call runs, by
+// code only (never the detail, which may hold argument values), for the
+// audit record.
+type denials struct {
+	mu    sync.Mutex
+	codes []string
+}
+
+func (d *denials) add(err error) {
+	code, ok := tool.DenialCode(err)
+	if !ok {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.codes = append(d.codes, code)
+}
+
+func (d *denials) list() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.codes)
+}
+
+// attach gives the tool exactly the accessors its resolved grant allows.
+func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
+	if g.Network != nil {
+		tc.Fetch = fetch.New(g.Network, fetch.Config{}, rec.add)
+	}
+	if g.FS != nil {
+		tc.FS = scopedfs.New(g.FS, w.fsCfg, rec.add)
+	}
+	if g.Process != nil {
+		tc.Process = process.New(g.Process, w.resolver, w.procCfg, rec.add)
+	}
+	if g.Secrets != nil && w.secrets != nil {
+		tc.Secrets = scopedsecrets.New(g.Secrets, w.secrets, rec.add)
+	}
+	if g.Storage != nil {
+		tc.KV = scopedkv.New(w.kv.storage, g.Storage, rec.add)
+	}
+}
+
+// floorPaths are the worker's own files, never reachable by a tool.
+func (c Config) floorPaths() []string {
+	var out []string
+	for _, p := range []string{c.PersonalitiesDir, c.SecretsFile, c.NATSCreds, c.DataDir} {
+		if p == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			out = append(out, abs)
+		}
+	}
+	return out
+}
+
+// isInfra reports whether a tool's error is an infrastructure fault that
+// must lead to redelivery rather than an answer.
+func isInfra(err error) bool { return errors.Is(err, secrets.ErrUnavailable) }
+
+// backends builds what the accessors share, once per worker: the secrets
+// backend (nil for none and vault, which fail closed), the binary resolver on
+// the trusted PATH, and the file floor.
+func (w *Worker) backends() error {
+	switch w.cfg.SecretsBackend {
+	case SecretsEnv:
+		w.secrets = secrets.NewCache(secrets.NewEnv(w.cfg.SecretsEnvPrefix, w.cfg.Getenv), w.cfg.SecretCacheTTL, nil)
+	case SecretsFile:
+		b, err := secrets.NewFile(w.cfg.SecretsFile)
+		if err != nil {
+			return fmt.Errorf("CAPSTAN_SECRETS_FILE: %w", err)
+		}
+		w.secrets = secrets.NewCache(b, w.cfg.SecretCacheTTL, nil)
+	}
+	w.fsCfg = scopedfs.Config{Home: w.cfg.Home, Floor: w.cfg.floorPaths()}
+	if err := w.fsCfg.Validate(); err != nil {
+		return err
+	}
+	w.procCfg = process.Config{TrustedPATH: process.DefaultTrustedPATH}
+	if err := w.procCfg.Validate(); err != nil {
+		return err
+	}
+	w.resolver = process.NewResolver(w.procCfg.TrustedPATH)
+	return nil
+}
+
+// missingBackend returns the fail-closed refusal when the tool declares a
+// capability whose backend is not configured, naming the backend.
+func (w *Worker) missingBackend(t *tool.Tool) string {
+	if len(t.Capabilities.Secrets) == 0 || w.secrets != nil {
+		return ""
+	}
+	const sentence = "Tool %s declares capabilities but no capability backends are configured: "
+	if w.cfg.SecretsBackend == SecretsVault {
+		return fmt.Sprintf(sentence+"secrets backend vault is not available in this build (use env or file)", t.Name)
+	}
+	return fmt.Sprintf(sentence+"secrets backend (CAPSTAN_SECRETS_BACKEND=%s)", t.Name, w.cfg.SecretsBackend)
+}
