@@ -38,24 +38,44 @@ func (n Names) Prefix() string { return n.prefix }
 func (n Names) stream(suffix string) string { return strings.ToUpper(n.prefix) + "_" + suffix }
 func (n Names) bucket(suffix string) string { return n.prefix + "_" + suffix }
 
-// Stream names.
-func (n Names) CallsStream() string    { return n.stream("CALLS") }
-func (n Names) ResultsStream() string  { return n.stream("RESULTS") }
+// CallsStream is the work-queue stream of calls: <PREFIX>_CALLS.
+func (n Names) CallsStream() string { return n.stream("CALLS") }
+
+// ResultsStream is the stream of results: <PREFIX>_RESULTS.
+func (n Names) ResultsStream() string { return n.stream("RESULTS") }
+
+// ProgressStream is the stream of progress events: <PREFIX>_PROGRESS.
 func (n Names) ProgressStream() string { return n.stream("PROGRESS") }
-func (n Names) DLQStream() string      { return n.stream("DLQ") }
-func (n Names) AuditStream() string    { return n.stream("AUDIT") }
 
-// Public bucket names (clients may read and write them).
+// DLQStream is the dead-letter stream: <PREFIX>_DLQ.
+func (n Names) DLQStream() string { return n.stream("DLQ") }
+
+// AuditStream is the audit stream: <PREFIX>_AUDIT.
+func (n Names) AuditStream() string { return n.stream("AUDIT") }
+
+// PersonalitiesBucket is the public bucket of personality documents.
 func (n Names) PersonalitiesBucket() string { return n.bucket("personalities") }
-func (n Names) ToolsBucket() string         { return n.bucket("tools") }
 
-// Internal bucket names (workers only; documented in docs/protocol.md).
-func (n Names) CancelsBucket() string     { return n.bucket("cancels") }
+// ToolsBucket is the public tool catalog bucket.
+func (n Names) ToolsBucket() string { return n.bucket("tools") }
+
+// CancelsBucket records cancel requests (internal).
+func (n Names) CancelsBucket() string { return n.bucket("cancels") }
+
+// CompletionsBucket records answered calls (internal).
 func (n Names) CompletionsBucket() string { return n.bucket("completions") }
-func (n Names) LeasesBucket() string      { return n.bucket("leases") }
-func (n Names) WorkersBucket() string     { return n.bucket("workers") }
-func (n Names) RateLimitsBucket() string  { return n.bucket("ratelimits") }
-func (n Names) FailuresBucket() string    { return n.bucket("failures") }
+
+// LeasesBucket holds one lease per running call (internal).
+func (n Names) LeasesBucket() string { return n.bucket("leases") }
+
+// WorkersBucket holds live workers (internal).
+func (n Names) WorkersBucket() string { return n.bucket("workers") }
+
+// RateLimitsBucket holds fleet-wide rate-limit counters (internal).
+func (n Names) RateLimitsBucket() string { return n.bucket("ratelimits") }
+
+// FailuresBucket keeps the last infrastructure failure of a call (internal).
+func (n Names) FailuresBucket() string { return n.bucket("failures") }
 
 // CallsFilter is the filter subject of the calls stream: <p>.call.>.
 func (n Names) CallsFilter() string { return n.prefix + ".call.>" }
