@@ -54,6 +54,13 @@ func (w *Worker) deadLetter(m *bus.Msg, toolTok, reason string) error {
 	if h == nil {
 		h = bus.Header{}
 	}
+	// JetStream acts on these publish-control headers; copied to the DLQ
+	// they would make the dead letter itself fail (or roll the stream up).
+	for k := range h {
+		if strings.HasPrefix(k, "Nats-Expected-") || k == "Nats-Rollup" || k == "Nats-TTL" {
+			delete(h, k)
+		}
+	}
 	h.Set(protocol.HeaderDeadReason, oneLine(reason))
 	h.Set(protocol.HeaderDeliveries, strconv.FormatUint(max(m.Deliveries, 1), 10))
 	h.Set(protocol.HeaderOriginalSubject, m.Subject)

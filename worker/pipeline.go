@@ -118,7 +118,9 @@ func (w *Worker) process(m *bus.Msg, call *protocol.Call, r *running) outcome {
 		return outcome{handback: true}
 	}
 	if isInfra(cause) {
-		return outcome{infra: cause}
+		// The reason is stored, logged and may end in a dead letter: no
+		// secret value the call resolved may be in it.
+		return outcome{infra: errors.New(shape.Redact(cause.Error(), secretValues(tc)))}
 	}
 	if cause != nil {
 		res = tool.Fail(tool.CodeExecutionFailed, cause.Error())

@@ -440,3 +440,19 @@ func TestUnsupportedProtocolVersion(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, e.result("v0", "v0").OK)
 }
+
+func TestDeadLetterDropsPublishControlHeaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(worker.Config{})
+	dlq := e.tail(e.names.DLQStream(), "capstan.dlq.>")
+	hdr := bus.Header{"Nats-Expected-Stream": {"CAPSTAN_CALLS"}, "Nats-Expected-Last-Sequence": {"0"}, "X-Trace": {"keep"}}
+	_, err := e.conn.Publish(ctxT(t), "capstan.call.default.echo", []byte(`broken`), hdr, "ctl-1")
+	require.NoError(t, err)
+	m := recv(t, dlq)
+	require.Equal(t, "broken", string(m.Data))
+	require.Equal(t, "keep", m.Header.Get("X-Trace"))
+	require.Equal(t, "ctl-1", m.Header.Get("Nats-Msg-Id"), "the original Nats-Msg-Id is kept")
+	require.Empty(t, m.Header.Get("Nats-Expected-Stream"))
+	e.waitCallsDrained()
+}

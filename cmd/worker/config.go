@@ -71,8 +71,17 @@ func (c Config) worker() worker.Config {
 		PersonalitiesDir: c.PersonalitiesDir, DefaultPersonality: c.DefaultPersonality, WorkerID: c.WorkerID,
 		Concurrency: c.Concurrency, Pool: c.Pool, Tools: tools, MaxDeliver: c.MaxDeliver,
 		CallTimeout: c.CallTimeout, ShutdownGrace: zeroGrace(c.ShutdownGrace), SecretsBackend: c.SecretsBackend,
-		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix, SecretCacheTTL: c.SecretCacheTTL,
+		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix, SecretCacheTTL: noZero(c.SecretCacheTTL),
 	}
+}
+
+// noZero maps an explicit 0 (CAPSTAN_SECRET_CACHE_TTL=0: no caching) to the
+// smallest duration the worker package accepts; 0 there means its default.
+func noZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return time.Nanosecond
+	}
+	return d
 }
 
 // zeroGrace maps CAPSTAN_SHUTDOWN_GRACE=0 (hand back at once) to the
