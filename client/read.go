@@ -42,15 +42,16 @@ func (c *Client) Await(ctx context.Context, batchID, callID string) (Result, err
 	}
 }
 
-// Result returns the latest stored result of call callID in any batch;
-// found is false when there is none (not finished, never submitted, or
-// expired from the results stream).
+// Result returns the stored result of call callID in any batch: the first
+// one, as everywhere (at-least-once delivery may store a duplicate); found is
+// false when there is none (not finished, never submitted, or expired from
+// the results stream).
 func (c *Client) Result(ctx context.Context, callID string) (r Result, found bool, err error) {
 	filter, err := c.names.CallResultFilter(callID)
 	if err != nil {
 		return Result{}, false, fmt.Errorf("client: result: %w", err)
 	}
-	m, err := c.conn.LastMsg(ctx, c.names.ResultsStream(), filter)
+	m, err := c.conn.FirstMsg(ctx, c.names.ResultsStream(), filter)
 	if errors.Is(err, bus.ErrNotFound) {
 		return Result{}, false, nil
 	}

@@ -224,6 +224,11 @@ func TestTailFromStartAndLastMsg(t *testing.T) {
 	m, err := c.LastMsg(ctxT(t), "CAPSTAN_RESULTS", "capstan.result.*.c3")
 	require.NoError(t, err)
 	require.Equal(t, "capstan.result.b2.c3", string(m.Data))
+	first, err := c.FirstMsg(ctxT(t), "CAPSTAN_RESULTS", "capstan.result.b1.*")
+	require.NoError(t, err)
+	require.Equal(t, "capstan.result.b1.c1", first.Subject)
+	_, err = c.FirstMsg(ctxT(t), "CAPSTAN_RESULTS", "capstan.result.*.nope")
+	require.True(t, errors.Is(err, bus.ErrNotFound))
 	_, err = c.LastMsg(ctxT(t), "CAPSTAN_RESULTS", "capstan.result.*.nope")
 	require.True(t, errors.Is(err, bus.ErrNotFound))
 }

@@ -77,6 +77,23 @@ func (c *Conn) LastMsg(ctx context.Context, stream, subject string) (*Msg, error
 	return &Msg{Subject: raw.Subject, Header: Header(raw.Header), Data: raw.Data, StreamSeq: raw.Sequence, Time: raw.Time}, nil
 }
 
+// FirstMsg returns the first stored message on subject (which may hold
+// wildcards) in stream.
+func (c *Conn) FirstMsg(ctx context.Context, stream, subject string) (*Msg, error) {
+	s, err := c.js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("bus: stream %s: %w", stream, err)
+	}
+	raw, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: first message on %s: %w", subject, err)
+	}
+	return &Msg{Subject: raw.Subject, Header: Header(raw.Header), Data: raw.Data, StreamSeq: raw.Sequence, Time: raw.Time}, nil
+}
+
 // GetMsg returns the message with sequence seq in stream.
 func (c *Conn) GetMsg(ctx context.Context, stream string, seq uint64) (*Msg, error) {
 	s, err := c.js.Stream(ctx, stream)
