@@ -78,3 +78,12 @@ type KV interface {
 	Delete(ctx context.Context, key string) error
 	List(ctx context.Context, prefix string) ([]string, error)
 }
+
+// ReadRecords is the shared store behind STALE_WRITE: for the call's session
+// it maps an absolute path to the modification time seen when the file was
+// last read (or written), so any worker can check a later write. Given to
+// tools that have filesystem reach.
+type ReadRecords interface {
+	Record(ctx context.Context, abs string, mtime time.Time) error
+	Recorded(ctx context.Context, abs string) (mtime time.Time, found bool, err error)
+}

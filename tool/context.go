@@ -50,6 +50,8 @@ type Context struct {
 	Secrets Secrets
 	Process Runner
 	KV      KV
+	// Reads holds the session's STALE_WRITE read records; set with FS.
+	Reads ReadRecords
 
 	// EmitFunc publishes a progress event; set by the worker.
 	EmitFunc func(Progress) error

@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"github.com/capstanhq/capstan/internal/scoped/reads"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -48,6 +50,7 @@ func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
 	}
 	if g.FS != nil {
 		tc.FS = scopedfs.New(g.FS, w.fsCfg, rec.add)
+		tc.Reads = reads.New(w.kv.reads, cmp.Or(tc.SessionKey, tc.SessionID))
 	}
 	if g.Process != nil {
 		tc.Process = process.New(g.Process, w.resolver, w.procCfg, rec.add)

@@ -61,7 +61,7 @@ type hosted struct {
 }
 
 type buckets struct {
-	personalities, tools, cancels, completions, leases, workers, ratelimits, failures, storage *bus.KV
+	personalities, tools, cancels, completions, leases, workers, ratelimits, failures, storage, reads *bus.KV
 }
 
 // New checks cfg and the tools and returns a worker ready to Run. Tools not
@@ -223,7 +223,7 @@ func (w *Worker) openBuckets(ctx context.Context) error {
 	}{
 		{&w.kv.personalities, bus.Personalities}, {&w.kv.tools, bus.Tools}, {&w.kv.cancels, bus.Cancels},
 		{&w.kv.completions, bus.Completions}, {&w.kv.leases, bus.Leases}, {&w.kv.workers, bus.Workers},
-		{&w.kv.ratelimits, bus.RateLimits}, {&w.kv.failures, bus.Failures}, {&w.kv.storage, bus.Storage},
+		{&w.kv.ratelimits, bus.RateLimits}, {&w.kv.failures, bus.Failures}, {&w.kv.storage, bus.Storage}, {&w.kv.reads, bus.ReadRecords},
 	} {
 		kv, err := w.conn.KV(ctx, b.id)
 		if err != nil {

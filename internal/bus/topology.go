@@ -53,6 +53,8 @@ const (
 	Failures
 	// Storage holds the scoped key-value stores of tools (see internal/scoped/kv).
 	Storage
+	// ReadRecords holds STALE_WRITE read records: (session, path) → mtime.
+	ReadRecords
 )
 
 func (c *Conn) bucketConfig(b Bucket) jetstream.KeyValueConfig {
@@ -77,6 +79,8 @@ func (c *Conn) bucketConfig(b Bucket) jetstream.KeyValueConfig {
 		return jetstream.KeyValueConfig{Bucket: n.FailuresBucket(), Description: "Capstan last infrastructure failure per call", History: 1, TTL: RecordTTL, Storage: jetstream.FileStorage, Replicas: r}
 	case Storage:
 		return jetstream.KeyValueConfig{Bucket: n.Prefix() + "_storage", Description: "Capstan scoped tool storage", History: 1, LimitMarkerTTL: StorageMarkerTTL, Storage: jetstream.FileStorage, Replicas: r}
+	case ReadRecords:
+		return jetstream.KeyValueConfig{Bucket: n.Prefix() + "_reads", Description: "Capstan STALE_WRITE read records", History: 1, TTL: RecordTTL, Storage: jetstream.FileStorage, Replicas: r}
 	}
 	panic(fmt.Sprintf("bus: unknown bucket %d", b))
 }
@@ -90,7 +94,7 @@ func maxDeliveriesSubject(stream, consumer string) string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + "." + consumer
 }
 
-var allBuckets = []Bucket{Personalities, Tools, Cancels, Completions, Leases, Workers, RateLimits, Failures, Storage}
+var allBuckets = []Bucket{Personalities, Tools, Cancels, Completions, Leases, Workers, RateLimits, Failures, Storage, ReadRecords}
 
 func (c *Conn) streamConfigs() []jetstream.StreamConfig {
 	n := c.names
