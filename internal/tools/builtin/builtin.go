@@ -3,10 +3,17 @@ package builtin
 
 import (
 	"github.com/capstanhq/capstan/internal/tools/echo"
+	"github.com/capstanhq/capstan/internal/tools/file"
+	"github.com/capstanhq/capstan/internal/tools/memory"
+	"github.com/capstanhq/capstan/internal/tools/shell"
 	"github.com/capstanhq/capstan/tool"
 )
 
 // All returns every built-in tool, in a stable order.
 func All() []tool.Tool {
-	return []tool.Tool{echo.Tool()}
+	var all []tool.Tool
+	all = append(all, file.Tools()...)
+	all = append(all, shell.Tools()...)
+	all = append(all, memory.Tools()...)
+	return append(all, echo.Tool())
 }

@@ -1,0 +1,108 @@
+package shell
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/capstanhq/capstan/tool"
+)
+
+// RunProcessName is the run_process tool's name.
+const RunProcessName = "run_process"
+
+// RunProcessDefaultTimeout is run_process's timeout when timeout_ms is absent.
+const RunProcessDefaultTimeout = 60 * time.Second
+
+const runProcessSchema = `{
+  "type": "object",
+  "properties": {
+    "binary": {"type": "string", "minLength": 1, "description": "the program: a bare name looked up on the worker's trusted PATH, or a path"},
+    "args": {"type": "array", "items": {"type": "string"}, "description": "arguments, passed as they are (no shell)"},
+    "cwd": {"type": "string", "description": "directory to run in; relative paths are joined to the working dir (default: the working dir)"},
+    "env": {
+      "type": "object",
+      "patternProperties": {"^[^=\\x00]+$": {"type": "string"}},
+      "additionalProperties": false,
+      "description": "extra environment variables; the child otherwise gets only PATH, HOME, LANG, TZ and TMPDIR"
+    },
+    "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 600000, "default": 60000, "description": "kill the process after this many milliseconds"}
+  },
+  "required": ["binary"],
+  "additionalProperties": false
+}`
+
+type runProcessArgs struct {
+	Binary    string            `json:"binary"`
+	Args      []string          `json:"args"`
+	Cwd       string            `json:"cwd"`
+	Env       map[string]string `json:"env"`
+	TimeoutMS *float64          `json:"timeout_ms"`
+}
+
+// RunProcess returns the run_process tool. It runs binary with args, without
+// a shell, through tc.Process (capability process: ["*"]: the personality's
+// process.allow is the real ceiling). Any exit status is an ok result (the
+// caller judges it):
+//
+//	exit code <n>
+//	--- stdout ---
+//	<stdout>
+//	--- stderr ---
+//	<stderr>
+//
+// with the streams exactly as captured (a trailing newline of stdout is
+// followed by the "\n" before "--- stderr ---"), and Structured
+// {"exit_code": n (int), "stdout": string, "stderr": string}. timeout_ms
+// (default 60,000) elapsed → execution_failed "Process timed out after <d>"
+// followed by ":\n" and the sections above without the exit code line when
+// anything was captured.
+func RunProcess() tool.Tool {
+	return tool.Tool{
+		Name: RunProcessName,
+		Description: "Runs one program with an argument list (no shell) and returns its exit code, stdout and stderr. " +
+			"A non-zero exit code is reported, not treated as an error. Use env for extra environment variables and timeout_ms (default 60000) to bound it.",
+		Schema:       json.RawMessage(runProcessSchema),
+		Toolset:      Toolset,
+		Capabilities: tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"*"}}},
+		Execute:      executeRunProcess,
+	}
+}
+
+func executeRunProcess(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
+	var a runProcessArgs
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return invalid(err.Error()), nil
+	}
+	if tc.Process == nil {
+		return noProcess(), nil
+	}
+	d, err := timeout(a.TimeoutMS, RunProcessDefaultTimeout)
+	if err != nil {
+		return invalid(err.Error()), nil
+	}
+	dir, ok := workDir(tc, a.Cwd)
+	if !ok {
+		return relativeCwd(a.Cwd), nil
+	}
+	res, timedOut, err := run(ctx, tc.Process, tool.Command{Binary: a.Binary, Args: a.Args, Dir: dir, Env: a.Env}, d)
+	switch {
+	case err != nil:
+		return tool.Result{}, err
+	case timedOut:
+		out := ""
+		if res != nil && (len(res.Stdout) > 0 || len(res.Stderr) > 0) {
+			out = streams(res)
+		}
+		return tool.Fail(tool.CodeExecutionFailed, timedOutMsg("Process", d, out)), nil
+	}
+	r := tool.OK("exit code " + strconv.Itoa(res.ExitCode) + "\n" + streams(res))
+	r.Structured = map[string]any{"exit_code": res.ExitCode, "stdout": string(res.Stdout), "stderr": string(res.Stderr)}
+	return r, nil
+}
+
+// streams is "--- stdout ---\n<stdout>\n--- stderr ---\n<stderr>".
+func streams(res *tool.ProcessResult) string {
+	return "--- stdout ---\n" + string(res.Stdout) + "\n--- stderr ---\n" + string(res.Stderr)
+}
