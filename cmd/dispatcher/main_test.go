@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"context"
 	"encoding/json"
 	"os"
@@ -311,7 +312,10 @@ func TestResultCancelAndProgressCommands(t *testing.T) {
 func TestLocalModeBatch(t *testing.T) {
 	t.Parallel()
 	dataDir, personalities := t.TempDir(), t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(personalities, "default.yaml"), []byte("id: default\ntoolset: [echo]\n"), 0o600))
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	doc := fmt.Sprintf("id: default\ntoolset: [echo, read_file, search_files]\nfs_reach:\n  workdir: %q\n  read: [\"${WORKDIR}\"]\n", repo)
+	require.NoError(t, os.WriteFile(filepath.Join(personalities, "default.yaml"), []byte(doc), 0o600))
 	env := map[string]string{"CAPSTAN_DATA_DIR": dataDir, "CAPSTAN_CONCURRENCY": "8", "CAPSTAN_PERSONALITIES_DIR": personalities}
 	noServer := func(a *app) { a.probeURL = "nats://127.0.0.1:1" } // keep the test off a real local server
 	code, stdout, stderr := runApp(t, ctxT(t), noServer, env, "", "batch", filepath.Join("..", "..", "examples", "calls.jsonl"))
@@ -319,8 +323,10 @@ func TestLocalModeBatch(t *testing.T) {
 	require.Equal(t, "capstan: local mode: no NATS server at nats://127.0.0.1:1; started an embedded JetStream server (store: "+
 		dataDir+") and an in-process worker pool (8 slots)\n", stderr)
 	results := decodeLines(t, stdout)
-	require.Len(t, results, 5)
+	require.Len(t, results, 7)
 	require.Equal(t, "hello", results[0].Value)
+	require.Contains(t, results[5].Value, "lines 1–3 of", "read_file with a range")
+	require.Contains(t, results[6].Value, "func main()", "search_files")
 	for _, r := range results {
 		require.True(t, r.OK, "%s: %s", r.Code, r.Error)
 	}
