@@ -6,6 +6,7 @@ import (
 	"github.com/capstanhq/capstan/internal/tools/file"
 	"github.com/capstanhq/capstan/internal/tools/memory"
 	"github.com/capstanhq/capstan/internal/tools/shell"
+	"github.com/capstanhq/capstan/internal/tools/web"
 	"github.com/capstanhq/capstan/tool"
 )
 
@@ -13,6 +14,7 @@ import (
 func All() []tool.Tool {
 	var all []tool.Tool
 	all = append(all, file.Tools()...)
+	all = append(all, web.Tools()...)
 	all = append(all, shell.Tools()...)
 	all = append(all, memory.Tools()...)
 	return append(all, echo.Tool())
