@@ -48,7 +48,9 @@ func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
 	if g.Network != nil {
 		tc.Fetch = fetch.New(g.Network, fetch.Config{}, rec.add)
 	}
-	if g.FS != nil {
+	// A reach that resolved to nothing is no accessor at all, so file tools
+	// answer "Filesystem capability not configured" (tools.md).
+	if !g.FS.Empty() {
 		tc.FS = scopedfs.New(g.FS, w.fsCfg, rec.add)
 		tc.Reads = reads.New(w.kv.reads, cmp.Or(tc.SessionKey, tc.SessionID))
 	}

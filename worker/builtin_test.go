@@ -49,3 +49,13 @@ func TestStaleWriteAcrossWorkers(t *testing.T) {
 	require.True(t, r.OK, r.Error)
 	require.Equal(t, "Written 14 bytes to "+file, r.Value)
 }
+
+func TestFileToolWithoutReach(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // the default personality has no fs_reach
+	e.start(worker.Config{}, builtin.All()...)
+	e.call(protocol.Call{CallID: "nr", Tool: "read_file", Args: json.RawMessage(`{"path":"/etc/hostname"}`)})
+	r := e.result("nr", "nr")
+	require.Equal(t, protocol.CodeNotAvailable, r.Code)
+	require.Equal(t, "Filesystem capability not configured for this personality.", r.Error)
+}
