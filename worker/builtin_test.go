@@ -59,3 +59,32 @@ func TestFileToolWithoutReach(t *testing.T) {
 	require.Equal(t, protocol.CodeNotAvailable, r.Code)
 	require.Equal(t, "Filesystem capability not configured for this personality.", r.Error)
 }
+
+func TestStaleWriteDeletedFileCanBeReReadAndWritten(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "gone.txt")
+	require.NoError(t, os.WriteFile(file, []byte("x\n"), 0o600))
+	e.putPersonality("coder", fmt.Sprintf("id: coder\nfs_reach:\n  workdir: %q\n  read: [\"${WORKDIR}\"]\n  write: [\"${WORKDIR}\"]\n", dir))
+	e.start(worker.Config{}, builtin.All()...)
+	call := func(id, toolName, args string) protocol.Result {
+		e.call(protocol.Call{CallID: id, Tool: toolName, PersonalityID: "coder", SessionKey: "cli:x", Args: json.RawMessage(args)})
+		return e.result(id, id)
+	}
+	require.True(t, call("d1", "read_file", `{"path":"gone.txt"}`).OK)
+	require.NoError(t, os.Remove(file))
+	r := call("d2", "write_file", `{"path":"gone.txt","content":"y"}`)
+	require.Regexp(t, `^STALE_WRITE: .* was read at \S+ but no longer exists on disk\. Re-read the file before writing\.$`, r.Error)
+	r = call("d3", "read_file", `{"path":"gone.txt"}`)
+	require.Equal(t, "Cannot read "+file+": file not found", r.Error)
+	r = call("d4", "write_file", `{"path":"gone.txt","content":"y"}`)
+	require.True(t, r.OK, "after the re-read the write goes ahead: %s", r.Error)
+
+	// Seen missing, then created by someone else: stale.
+	other := filepath.Join(dir, "new.txt")
+	require.Equal(t, "Cannot read "+other+": file not found", call("d5", "read_file", `{"path":"new.txt"}`).Error)
+	require.NoError(t, os.WriteFile(other, []byte("theirs"), 0o600))
+	r = call("d6", "write_file", `{"path":"new.txt","content":"mine"}`)
+	require.Regexp(t, `^STALE_WRITE: .*new\.txt did not exist when it was read but was created externally at \S+\. Re-read the file before writing\.$`, r.Error)
+}

@@ -3,8 +3,11 @@ package file
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	iofs "io/fs"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/capstanhq/capstan/tool"
 )
@@ -80,6 +83,13 @@ func executeRead(ctx context.Context, raw json.RawMessage, tc *tool.Context) (to
 	// The mtime is taken before reading: a change racing the read makes a
 	// later write fail STALE_WRITE rather than pass unchecked.
 	info, _, err := tc.FS.Stat(ctx, abs)
+	if errors.Is(err, iofs.ErrNotExist) && ctx.Err() == nil {
+		// Seen missing: the re-read that STALE_WRITE asks for after a
+		// deletion, so a later write of the path may go ahead.
+		if rerr := record(ctx, tc, abs, time.Time{}); rerr != nil && ctx.Err() != nil {
+			return tool.Result{}, context.Cause(ctx)
+		}
+	}
 	if err != nil {
 		return fsFailure(ctx, "read", "read", abs, err)
 	}

@@ -19,6 +19,10 @@ import (
 //	STALE_WRITE: <abs> was read at <ISO> but modified externally at <ISO>. Re-read the file before writing.
 //	STALE_WRITE: <abs> was read at <ISO> but no longer exists on disk. Re-read the file before writing.
 //
+// A read that found no file records the zero time: writing the still
+// missing path then goes ahead (that read is the "re-read" the deleted-file
+// message asks for), and a file created since is STALE_WRITE.
+//
 // It returns nil when the write may go ahead. A record store that fails
 // fails the call (execution_failed): the check never passes by default.
 func checkStale(ctx context.Context, tc *tool.Context, abs string) (*tool.Result, error) {
@@ -37,7 +41,14 @@ func checkStale(ctx context.Context, tc *tool.Context, abs string) (*tool.Result
 		return nil, nil
 	}
 	info, _, err := tc.FS.Stat(ctx, abs)
+	seenMissing := readAt.IsZero() // recorded by a read that found no file
 	switch {
+	case seenMissing && errors.Is(err, iofs.ErrNotExist) && ctx.Err() == nil:
+		return nil, nil
+	case err == nil && seenMissing:
+		res := tool.Fail(tool.CodeStaleWrite, "STALE_WRITE: "+abs+" did not exist when it was read but was created externally at "+
+			iso(info.ModTime())+". Re-read the file before writing.")
+		return &res, nil
 	case err == nil:
 		if info.ModTime().Equal(readAt) {
 			return nil, nil
