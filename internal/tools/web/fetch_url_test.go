@@ -216,8 +216,7 @@ func TestFetchURLNon2xx(t *testing.T) {
 func TestFetchURLDeniedHost(t *testing.T) {
 	t.Parallel()
 	s := articleServer(t)
-	var evil *server
-	evil = newServer(t, map[string]http.HandlerFunc{"/": respond(http.StatusOK, ptr("text/plain"), "should not be read")})
+	evil := newServer(t, map[string]http.HandlerFunc{"/": respond(http.StatusOK, ptr("text/plain"), "should not be read")})
 	redirecting := newServer(t, map[string]http.HandlerFunc{
 		"/away": redirect(func() string { return evil.url("evil.example", "/") }),
 	})
