@@ -95,9 +95,6 @@ func (c *Conn) Names() protocol.Names { return c.names }
 // Close drains nothing and closes the connection.
 func (c *Conn) Close() { c.nc.Close() }
 
-// Drain flushes pending publishes and closes the connection.
-func (c *Conn) Drain() error { return c.nc.Drain() }
-
 // Flush waits until the server has processed everything sent so far, at
 // most 10s when ctx has no deadline of its own.
 func (c *Conn) Flush(ctx context.Context) error {

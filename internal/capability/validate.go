@@ -3,7 +3,6 @@ package capability
 import (
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"github.com/capstanhq/capstan/tool"
 )
@@ -107,14 +106,4 @@ func validatePaths(decl *tool.PathList, reach []string, capability string, add f
 			add(capability, fmt.Sprintf("path %q is not covered by personality %s", path, capability))
 		}
 	}
-}
-
-// ValidationMessage joins the messages of errs into one not_available
-// message, one "tool <tool>: <message>" per line.
-func ValidationMessage(errs []ValidationError) string {
-	lines := make([]string, len(errs))
-	for i, e := range errs {
-		lines[i] = e.Error()
-	}
-	return strings.Join(lines, "\n")
 }

@@ -44,7 +44,6 @@ func TestValidate(t *testing.T) {
 		{Tool: "mcp__github__x", Capability: "network", Message: `host "mcp.example" is not in personality network allow list`},
 	}, got)
 	require.Equal(t, `tool fetcher: host "api.stripe.com" is not in personality network allow list`, got[0].Error())
-	require.Equal(t, "tool a: x\ntool b: y", ValidationMessage([]ValidationError{{Tool: "a", Message: "x"}, {Tool: "b", Message: "y"}}))
 }
 
 func TestValidateCases(t *testing.T) {

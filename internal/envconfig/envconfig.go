@@ -54,13 +54,6 @@ func Parse(dst any, getenv func(string) string) error {
 	return &Error{Problems: msgs}
 }
 
-// Vars lists the variable names of a config struct, in field order.
-func Vars(cfg any) []string {
-	var out []string
-	collect(reflect.TypeOf(cfg), func(_ reflect.StructField, key string) { out = append(out, key) })
-	return out
-}
-
 func collect(t reflect.Type, fn func(reflect.StructField, string)) {
 	for i := range t.NumField() {
 		f := t.Field(i)

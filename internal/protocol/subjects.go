@@ -23,15 +23,6 @@ func NewNames(prefix string) (Names, error) {
 	return Names{prefix: prefix}, nil
 }
 
-// MustNames is NewNames for constants known to be valid; it panics otherwise.
-func MustNames(prefix string) Names {
-	n, err := NewNames(prefix)
-	if err != nil {
-		panic(err)
-	}
-	return n
-}
-
 // Prefix returns the subject prefix.
 func (n Names) Prefix() string { return n.prefix }
 

@@ -19,7 +19,8 @@ func TestValidToken(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	t.Parallel()
-	n := protocol.MustNames("")
+	n, err := protocol.NewNames("")
+	require.NoError(t, err)
 	require.Equal(t, "CAPSTAN_CALLS", n.CallsStream())
 	require.Equal(t, "capstan_tools", n.ToolsBucket())
 	require.Equal(t, "capstan_personalities", n.PersonalitiesBucket())
@@ -56,7 +57,8 @@ func TestNames(t *testing.T) {
 	require.Equal(t, "capstan.audit.echo", s)
 	require.Equal(t, "c.result", protocol.ResultMsgID("c"))
 
-	other := protocol.MustNames("acme")
+	other, err := protocol.NewNames("acme")
+	require.NoError(t, err)
 	require.Equal(t, "ACME_RESULTS", other.ResultsStream())
 	_, err = protocol.NewNames("a.b")
 	require.Error(t, err)
