@@ -55,7 +55,8 @@ func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
 		tc.Reads = reads.New(w.kv.reads, cmp.Or(tc.SessionKey, tc.SessionID))
 	}
 	if g.Process != nil {
-		tc.Process = process.New(g.Process, w.resolver, w.procCfg, rec.add)
+		reach := process.Reach{FS: g.FS, Network: !g.Network.Empty()}
+		tc.Process = process.New(g.Process, reach, w.resolver, w.procCfg, rec.add)
 	}
 	if g.Secrets != nil && w.secrets != nil {
 		tc.Secrets = scopedsecrets.New(g.Secrets, w.secrets, rec.add)
@@ -101,7 +102,7 @@ func (w *Worker) backends() error {
 	if err := w.fsCfg.Validate(); err != nil {
 		return err
 	}
-	w.procCfg = process.Config{TrustedPATH: process.DefaultTrustedPATH}
+	w.procCfg = process.Config{TrustedPATH: process.DefaultTrustedPATH, Logger: w.log}
 	if err := w.procCfg.Validate(); err != nil {
 		return err
 	}

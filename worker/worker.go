@@ -152,6 +152,7 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // cancels and hands back the rest, and returns. A start-up problem is returned
 // at once.
 func (w *Worker) Run(ctx context.Context) error {
+	process.Sandbox().Log(ctx, w.log)
 	url := w.cfg.NATSURL
 	if url == "" {
 		srv, err := bus.StartServer(bus.ServerConfig{DataDir: w.cfg.DataDir, Port: w.cfg.EmbeddedPort})

@@ -63,6 +63,14 @@ func NewNetworkGrant(declared []string, policy NetworkPolicy) (*NetworkGrant, er
 	return g, nil
 }
 
+// Empty reports whether the grant allows no host at all: it is nil, the
+// personality's allow list is empty, or the tool declared no host. (A
+// declared host outside the allow list fails ValidateTool before any grant
+// is resolved, so a non-empty grant allows at least one host.)
+func (g *NetworkGrant) Empty() bool {
+	return g == nil || len(g.allow) == 0 || (!g.declaredAll && len(g.declared) == 0)
+}
+
 // Check reports whether the grant allows a request to scheme://host:port
 // (port 0 = the scheme's default). It returns nil or a *tool.DenialError of
 // kind tool.ErrHostNotAllowed whose detail names the normalised host:

@@ -2,6 +2,7 @@ package process_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,13 +14,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/scoped/process"
 )
 
 // helperEnv selects a helper mode: the test binary, run through the runner,
-// plays a child that starts grandchildren (no shell is ever involved).
+// plays a child that starts grandchildren or probes its sandbox (no shell
+// is ever involved).
 const (
 	helperEnv  = "CAPSTAN_PROCESS_HELPER"
 	pidFileEnv = "CAPSTAN_PROCESS_PIDFILE"
+	addrEnv    = "CAPSTAN_PROCESS_ADDR"
 )
 
 func TestMain(m *testing.M) {
@@ -35,48 +41,87 @@ func TestMain(m *testing.M) {
 //	group       start a grandchild in the same group, then sleep
 //	background  start a grandchild in the same group, then exit 0
 //	escape      start a grandchild in a new session, then exit 0
+//	daemon      start a daemon (setsid, then a double fork), then sleep
+//	daemonize   (the daemon's first fork) start the daemon, then exit 0
 //	signal      die of SIGTERM
+//	dial        connect to $CAPSTAN_PROCESS_ADDR ("tcp:host:port" or
+//	            "unix:@name"): exit 0 when connected, else print the error
+//	            and exit 1
+//	kill-parent send signal 0 to the parent (the worker): exit 0 when
+//	            allowed, else print the error and exit 1
 func helper(mode string) int {
 	switch mode {
 	case "sleep":
 		time.Sleep(time.Minute)
 		return 0
-	case "group", "background", "escape":
-		exe, err := os.Executable()
-		if err != nil {
-			return 3
-		}
-		gc := exec.Command(exe)
-		gc.Env = []string{helperEnv + "=sleep"}
-		gc.Stdout, gc.Stderr = os.Stdout, os.Stderr // hold the pipes
-		if mode == "escape" {
-			gc.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		}
-		if err := gc.Start(); err != nil {
-			return 4
-		}
-		if err := os.WriteFile(os.Getenv(pidFileEnv), []byte(strconv.Itoa(gc.Process.Pid)), 0o644); err != nil {
-			return 5
-		}
-		fmt.Println("parent done")
-		if mode == "group" {
-			time.Sleep(time.Minute)
-		}
-		return 0
+	case "group", "background", "escape", "daemon", "daemonize":
+		return spawnGrandchild(mode)
 	case "signal":
 		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
 		time.Sleep(time.Minute)
+		return 0
+	case "dial":
+		network, addr, _ := strings.Cut(os.Getenv(addrEnv), ":")
+		c, err := net.DialTimeout(network, addr, 10*time.Second)
+		if err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		_ = c.Close()
+		return 0
+	case "kill-parent":
+		if err := syscall.Kill(os.Getppid(), 0); err != nil {
+			fmt.Println(err)
+			return 1
+		}
 		return 0
 	}
 	return 2
 }
 
-// helperPIDFile returns a path for the grandchild's pid and registers a
-// cleanup that kills that grandchild (a process this test started) if it
-// is still alive.
-func helperPIDFile(t *testing.T) string {
+// spawnGrandchild starts the next process of a spawning mode; the last one
+// writes its pid to $CAPSTAN_PROCESS_PIDFILE.
+func spawnGrandchild(mode string) int {
+	exe, err := os.Executable()
+	if err != nil {
+		return 3
+	}
+	gc := exec.Command(exe)
+	gc.Env = []string{helperEnv + "=sleep"}
+	gc.Stdout, gc.Stderr = os.Stdout, os.Stderr // hold the pipes
+	switch mode {
+	case "escape":
+		gc.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	case "daemon":
+		gc.Env = []string{helperEnv + "=daemonize", pidFileEnv + "=" + os.Getenv(pidFileEnv)}
+		gc.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
+	if err := gc.Start(); err != nil {
+		return 4
+	}
+	if mode == "daemon" {
+		// The first fork exits once the daemon runs; the daemon is
+		// re-parented away from this child.
+		if err := gc.Wait(); err != nil {
+			return 6
+		}
+	} else if err := os.WriteFile(os.Getenv(pidFileEnv), []byte(strconv.Itoa(gc.Process.Pid)), 0o644); err != nil {
+		return 5
+	}
+	fmt.Println("parent done")
+	if mode == "group" || mode == "daemon" {
+		time.Sleep(time.Minute)
+	}
+	return 0
+}
+
+// helperPIDFile returns a path for the grandchild's pid, in a directory the
+// returned reach lets the child write, and registers a cleanup that kills
+// that grandchild (a process this test started) if it is still alive.
+func helperPIDFile(t *testing.T) (string, process.Reach) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "pid")
+	dir := realTempDir(t)
+	path := filepath.Join(dir, "pid")
 	t.Cleanup(func() {
 		if b, err := os.ReadFile(path); err == nil {
 			if pid, err := strconv.Atoi(string(b)); err == nil && alive(pid) {
@@ -84,7 +129,16 @@ func helperPIDFile(t *testing.T) string {
 			}
 		}
 	})
-	return path
+	return path, process.Reach{FS: &capability.FSGrant{Write: []string{dir}}}
+}
+
+// realTempDir is a fresh temp dir with symlinks resolved, as the child's
+// getcwd and the runner's reach checks see it.
+func realTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	return dir
 }
 
 // waitPID polls for the grandchild's pid.

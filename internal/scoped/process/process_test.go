@@ -43,6 +43,11 @@ func grant(declared ...string) *capability.BinaryGrant {
 	return &capability.BinaryGrant{Declared: declared}
 }
 
+// readReach is a reach that reads dirs.
+func readReach(dirs ...string) process.Reach {
+	return process.Reach{FS: &capability.FSGrant{Read: dirs}}
+}
+
 func TestRun(t *testing.T) {
 	t.Parallel()
 	exe, err := os.Executable()
@@ -52,6 +57,7 @@ func TestRun(t *testing.T) {
 	tests := []struct {
 		name       string
 		grant      *capability.BinaryGrant
+		reach      process.Reach
 		maxOutput  int
 		cmd        tool.Command
 		wantStdout string
@@ -69,12 +75,13 @@ func TestRun(t *testing.T) {
 		{name: "killed by a signal", grant: grant(exe), cmd: tool.Command{Binary: exe, Env: map[string]string{"CAPSTAN_PROCESS_HELPER": "signal"}}, wantExit: 128 + 15},
 		{name: "stdin", grant: grant("cat"), cmd: tool.Command{Binary: "cat", Stdin: []byte("from stdin")}, wantStdout: "from stdin"},
 		{name: "no stdin is empty", grant: grant("cat"), cmd: tool.Command{Binary: "cat"}},
-		{name: "dir", grant: grant("pwd"), cmd: tool.Command{Binary: "pwd", Dir: dir}, wantStdout: dir + "\n"},
+		{name: "dir in the read reach", grant: grant("pwd"), reach: readReach(dir), cmd: tool.Command{Binary: "pwd", Dir: dir}, wantStdout: dir + "\n"},
+		{name: "dir below the write reach", grant: grant("pwd"), reach: process.Reach{FS: &capability.FSGrant{Write: []string{filepath.Dir(dir)}}}, cmd: tool.Command{Binary: "pwd", Dir: dir + "/"}, wantStdout: dir + "\n"},
 		{name: "empty dir is root", grant: grant("pwd"), cmd: tool.Command{Binary: "pwd"}, wantStdout: "/\n"},
 		{name: "output cap", grant: grant("seq"), maxOutput: 10, cmd: tool.Command{Binary: "seq", Args: []string{"1", "100000"}}, wantStdout: "1\n2\n3\n4\n5\n" + process.TruncatedMarker},
 		{name: "output exactly at cap is not cut", grant: grant("echo"), maxOutput: 4, cmd: tool.Command{Binary: "echo", Args: []string{"abc"}}, wantStdout: "abc\n"},
 		{name: "path listed exactly", grant: grant("/bin/echo"), cmd: tool.Command{Binary: "/bin/echo", Args: []string{"x"}}, wantStdout: "x\n"},
-		{name: "relative path listed exactly runs in dir", grant: grant("./echo"), cmd: tool.Command{Binary: "./echo", Dir: "/bin", Args: []string{"y"}}, wantStdout: "y\n"},
+		{name: "relative path listed exactly runs in dir", grant: grant("./echo"), reach: readReach("/bin"), cmd: tool.Command{Binary: "./echo", Dir: "/bin", Args: []string{"y"}}, wantStdout: "y\n"},
 		{name: "star allows any", grant: grant("*"), cmd: tool.Command{Binary: "echo", Args: []string{"z"}}, wantStdout: "z\n"},
 		{name: "star under ceiling allows the ceiling", grant: &capability.BinaryGrant{Declared: []string{"*"}, Ceiling: &capability.Ceiling{Allow: []string{"echo"}}}, cmd: tool.Command{Binary: "echo"}, wantStdout: "\n"},
 
@@ -84,11 +91,14 @@ func TestRun(t *testing.T) {
 		{name: "path not listed though bare name is", grant: grant("echo"), cmd: tool.Command{Binary: "/bin/echo"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: /bin/echo is not in the declared allowedBinaries"},
 		{name: "bare name not listed though path is", grant: grant("/bin/echo"), cmd: tool.Command{Binary: "echo"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: echo is not in the declared allowedBinaries"},
 		{name: "other spelling of a listed path", grant: grant("/bin/echo"), cmd: tool.Command{Binary: "/bin/../bin/echo"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: /bin/../bin/echo is not in the declared allowedBinaries"},
-		{name: "dot-slash not listed", grant: grant("echo"), cmd: tool.Command{Binary: "./echo", Dir: "/bin"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: ./echo is not in the declared allowedBinaries"},
+		{name: "dot-slash not listed", grant: grant("echo"), reach: readReach("/bin"), cmd: tool.Command{Binary: "./echo", Dir: "/bin"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: ./echo is not in the declared allowedBinaries"},
 		{name: "star under ceiling refuses the rest", grant: &capability.BinaryGrant{Declared: []string{"*"}, Ceiling: &capability.Ceiling{Allow: []string{"echo"}}}, cmd: tool.Command{Binary: "true"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: true is not in the declared allowedBinaries"},
 		{name: "ceiling cuts the declaration", grant: &capability.BinaryGrant{Declared: []string{"echo"}, Ceiling: &capability.Ceiling{Allow: []string{"git"}}}, cmd: tool.Command{Binary: "echo"}, wantDeny: tool.ErrBinaryNotAllowed, wantMsg: "BINARY_NOT_ALLOWED: echo is not in the declared allowedBinaries"},
 		{name: "LD_PRELOAD", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, wantDeny: tool.ErrEnvNotAllowed, wantMsg: "ENV_NOT_ALLOWED: LD_PRELOAD may not be set for a child process"},
 		{name: "ld_ in lower case", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Env: map[string]string{"ld_library_path": "/tmp"}}, wantDeny: tool.ErrEnvNotAllowed, wantMsg: "ENV_NOT_ALLOWED: ld_library_path may not be set for a child process"},
+		{name: "dir outside the reach", grant: grant("pwd"), reach: readReach(dir), cmd: tool.Command{Binary: "pwd", Dir: filepath.Dir(dir)}, wantDeny: tool.ErrPathNotReachable, wantMsg: "PATH_NOT_REACHABLE: read not permitted for " + filepath.Dir(dir)},
+		{name: "dir next to the reach", grant: grant("pwd"), reach: readReach(dir), cmd: tool.Command{Binary: "pwd", Dir: dir + "2"}, wantDeny: tool.ErrPathNotReachable, wantMsg: "PATH_NOT_REACHABLE: read not permitted for " + dir + "2"},
+		{name: "dir without a reach", grant: grant("pwd"), cmd: tool.Command{Binary: "pwd", Dir: "/tmp/../etc"}, wantDeny: tool.ErrPathNotReachable, wantMsg: "PATH_NOT_REACHABLE: read not permitted for /etc"},
 		{name: "DYLD_", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Env: map[string]string{"OK": "1", "DYLD_INSERT_LIBRARIES": "x"}}, wantDeny: tool.ErrEnvNotAllowed, wantMsg: "ENV_NOT_ALLOWED: DYLD_INSERT_LIBRARIES may not be set for a child process"},
 
 		{name: "not on trusted PATH", grant: grant("capstan-no-such-binary"), cmd: tool.Command{Binary: "capstan-no-such-binary"}, wantIs: exec.ErrNotFound},
@@ -104,7 +114,7 @@ func TestRun(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var d denials
-			r := process.New(tt.grant, resolver, process.Config{MaxOutputBytes: tt.maxOutput}, d.record)
+			r := process.New(tt.grant, tt.reach, resolver, process.Config{MaxOutputBytes: tt.maxOutput}, d.record)
 			res, err := r.Run(context.Background(), tt.cmd)
 			switch {
 			case tt.wantDeny != nil:
@@ -134,52 +144,93 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// TestRunEnvIsMinimal cannot be parallel: it sets a worker variable that
-// must not reach the child.
+// TestRunEnvIsMinimal cannot be parallel: it sets worker variables
+// (credentials, a loader variable) that must not reach the child, confined
+// or not.
 func TestRunEnvIsMinimal(t *testing.T) {
 	t.Setenv("CAPSTAN_TEST_SECRET", "worker-only")
-	cfg := process.Config{Home: "/home/agent", TmpDir: "/var/tmp/agent"}
+	t.Setenv("VAULT_TOKEN", "hvs.worker-vault-token")
+	t.Setenv("CAPSTAN_SECRET_X", "worker-secret-x")
+	t.Setenv("LD_PRELOAD", "/capstan/no/such/preload.so")
+	tmpRoot := realTempDir(t)
 	tests := []struct {
-		name string
-		env  map[string]string
-		want map[string]string
+		name    string
+		noLL    bool
+		env     map[string]string
+		home    string
+		wantEnv map[string]string // without TMPDIR (and HOME when home is "")
 	}{
 		{
-			name: "base only",
-			want: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/agent", "LANG": "C.UTF-8", "TZ": "UTC", "TMPDIR": "/var/tmp/agent"},
+			name:    "base only",
+			home:    "/home/agent",
+			wantEnv: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/agent", "LANG": "C.UTF-8", "TZ": "UTC"},
 		},
 		{
-			name: "caller variables added and overriding",
-			env:  map[string]string{"GIT_AUTHOR_NAME": "agent", "LANG": "en_US.UTF-8", "EMPTY": ""},
-			want: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/agent", "LANG": "en_US.UTF-8", "TZ": "UTC", "TMPDIR": "/var/tmp/agent", "GIT_AUTHOR_NAME": "agent", "EMPTY": ""},
+			name:    "caller variables added and overriding",
+			home:    "/home/agent",
+			env:     map[string]string{"GIT_AUTHOR_NAME": "agent", "LANG": "en_US.UTF-8", "EMPTY": ""},
+			wantEnv: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/agent", "LANG": "en_US.UTF-8", "TZ": "UTC", "GIT_AUTHOR_NAME": "agent", "EMPTY": ""},
+		},
+		{
+			name:    "home defaults to the private TMPDIR",
+			wantEnv: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TZ": "UTC"},
+		},
+		{
+			name:    "unconfined child",
+			noLL:    true,
+			home:    "/home/agent",
+			wantEnv: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/agent", "LANG": "C.UTF-8", "TZ": "UTC"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := process.New(grant("env"), resolver, cfg, nil)
+			cfg := process.Config{Home: tt.home, TmpDir: tmpRoot, NoLandlock: tt.noLL}
+			r := process.New(grant("env"), process.Reach{}, resolver, cfg, nil)
 			res, err := r.Run(context.Background(), tool.Command{Binary: "env", Env: tt.env})
 			require.NoError(t, err)
 			require.Equal(t, 0, res.ExitCode)
+			require.Empty(t, string(res.Stderr), "the worker's LD_PRELOAD did not reach the loader")
 			got := map[string]string{}
 			for line := range strings.Lines(string(res.Stdout)) {
 				name, value, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
 				require.True(t, ok, line)
 				got[name] = value
 			}
-			require.Equal(t, tt.want, got)
-			require.NotContains(t, string(res.Stdout), "worker-only")
+			tmp := got["TMPDIR"]
+			require.Equal(t, tmpRoot, filepath.Dir(tmp), "a private TMPDIR under Config.TmpDir")
+			require.True(t, strings.HasPrefix(filepath.Base(tmp), "capstan-proc-"), tmp)
+			require.NoDirExists(t, tmp, "the private TMPDIR is removed after the call")
+			delete(got, "TMPDIR")
+			if tt.home == "" {
+				require.Equal(t, tmp, got["HOME"])
+				delete(got, "HOME")
+			}
+			require.Equal(t, tt.wantEnv, got)
+			for _, leak := range []string{"worker-only", "hvs.worker-vault-token", "worker-secret-x", "VAULT_TOKEN", "CAPSTAN_SECRET", "LD_PRELOAD", "preload.so"} {
+				require.NotContains(t, string(res.Stdout), leak)
+			}
 		})
 	}
 }
 
-func TestRunDefaultConfig(t *testing.T) {
+// TestRunTmpDir checks that each child has its own TMPDIR, which it may
+// write, and that it is gone after the call.
+func TestRunTmpDir(t *testing.T) {
 	t.Parallel()
-	r := process.New(grant("env"), nil, process.Config{}, nil)
-	res, err := r.Run(context.Background(), tool.Command{Binary: "env"})
-	require.NoError(t, err)
-	require.Contains(t, string(res.Stdout), "TMPDIR="+os.TempDir()+"\n")
-	require.Contains(t, string(res.Stdout), "HOME="+os.TempDir()+"\n")
-	require.Contains(t, string(res.Stdout), "PATH=/usr/local/bin:/usr/bin:/bin\n")
+	r := process.New(grant("bash"), process.Reach{}, resolver, process.Config{}, nil)
+	script := `echo data > "$TMPDIR/f" && mkdir "$TMPDIR/d" && cat "$TMPDIR/f" && printf %s "$TMPDIR"`
+	var dirs []string
+	for range 2 {
+		res, err := r.Run(context.Background(), tool.Command{Binary: "bash", Args: []string{"-c", script}})
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode, string(res.Stderr))
+		tmp, ok := strings.CutPrefix(string(res.Stdout), "data\n")
+		require.True(t, ok, string(res.Stdout))
+		require.Equal(t, os.TempDir(), filepath.Dir(tmp), "under os.TempDir() by default")
+		require.NoDirExists(t, tmp)
+		dirs = append(dirs, tmp)
+	}
+	require.NotEqual(t, dirs[0], dirs[1])
 }
 
 func TestRunCancel(t *testing.T) {
@@ -211,7 +262,7 @@ func TestRunCancel(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := tt.ctx()
 			defer cancel()
-			r := process.New(grant("sleep"), resolver, process.Config{}, nil)
+			r := process.New(grant("sleep"), process.Reach{}, resolver, process.Config{}, nil)
 			start := time.Now()
 			res, err := r.Run(ctx, tool.Command{Binary: "sleep", Args: []string{"30"}})
 			require.ErrorIs(t, err, tt.wantErr)
@@ -228,7 +279,7 @@ func TestRunAlreadyCancelled(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(errCallCancelled)
-	r := process.New(grant("echo"), resolver, process.Config{}, nil)
+	r := process.New(grant("echo"), process.Reach{}, resolver, process.Config{}, nil)
 	res, err := r.Run(ctx, tool.Command{Binary: "echo"})
 	require.ErrorIs(t, err, errCallCancelled)
 	require.Nil(t, res)
@@ -240,8 +291,8 @@ func TestRunKillsProcessGroup(t *testing.T) {
 	t.Parallel()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	pidFile := helperPIDFile(t)
-	r := process.New(grant(exe), resolver, process.Config{}, nil)
+	pidFile, reach := helperPIDFile(t)
+	r := process.New(grant(exe), reach, resolver, process.Config{}, nil)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 
@@ -273,8 +324,8 @@ func TestRunKillsLeftoverGroup(t *testing.T) {
 	t.Parallel()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	pidFile := helperPIDFile(t)
-	r := process.New(grant(exe), resolver, process.Config{}, nil)
+	pidFile, reach := helperPIDFile(t)
+	r := process.New(grant(exe), reach, resolver, process.Config{}, nil)
 	res, err := r.Run(context.Background(), tool.Command{Binary: exe, Env: map[string]string{"CAPSTAN_PROCESS_HELPER": "background", "CAPSTAN_PROCESS_PIDFILE": pidFile}})
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode)
@@ -290,8 +341,8 @@ func TestRunReturnsWhenPipesAreHeld(t *testing.T) {
 	t.Parallel()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	pidFile := helperPIDFile(t)
-	r := process.New(grant(exe), resolver, process.Config{}, nil)
+	pidFile, reach := helperPIDFile(t)
+	r := process.New(grant(exe), reach, resolver, process.Config{}, nil)
 	start := time.Now()
 	res, err := r.Run(context.Background(), tool.Command{Binary: exe, Env: map[string]string{"CAPSTAN_PROCESS_HELPER": "escape", "CAPSTAN_PROCESS_PIDFILE": pidFile}})
 	require.NoError(t, err)
@@ -324,7 +375,7 @@ func TestConfigValidate(t *testing.T) {
 				return
 			}
 			require.EqualError(t, err, tt.wantErr)
-			require.Panics(t, func() { process.New(nil, nil, tt.cfg, nil) })
+			require.Panics(t, func() { process.New(nil, process.Reach{}, nil, tt.cfg, nil) })
 		})
 	}
 }

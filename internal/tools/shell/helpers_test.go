@@ -20,9 +20,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // resolver is shared, as the worker shares its one.
 var resolver = process.NewResolver(process.DefaultTrustedPATH)
 
-// runner returns the real runner of a grant declaring binaries.
+// runner returns the real runner of a grant declaring binaries, with no
+// fs reach.
 func runner(binaries ...string) tool.Runner {
-	return process.New(&capability.BinaryGrant{Declared: binaries}, resolver, process.Config{}, nil)
+	return process.New(&capability.BinaryGrant{Declared: binaries}, process.Reach{}, resolver, process.Config{}, nil)
+}
+
+// runnerIn is runner with dirs as the read reach.
+func runnerIn(dirs []string, binaries ...string) tool.Runner {
+	reach := process.Reach{FS: &capability.FSGrant{Read: dirs}}
+	return process.New(&capability.BinaryGrant{Declared: binaries}, reach, resolver, process.Config{}, nil)
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -65,7 +65,7 @@ func RunProcess() tool.Tool {
 			"A non-zero exit code is reported, not treated as an error. Use env for extra environment variables and timeout_ms (default 60000) to bound it.",
 		Schema:       json.RawMessage(runProcessSchema),
 		Toolset:      Toolset,
-		Capabilities: tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"*"}}},
+		Capabilities: capabilities("*"),
 		Execute:      executeRunProcess,
 	}
 }

@@ -53,7 +53,7 @@ func TestRunProcessOutputs(t *testing.T) {
 func TestRunProcessCwd(t *testing.T) {
 	t.Parallel()
 	wd := realDir(t)
-	tc := &tool.Context{Process: runner("*"), WorkingDir: wd}
+	tc := &tool.Context{Process: runnerIn([]string{parent(wd)}, "*"), WorkingDir: wd}
 	got := mustExec(t, shell.RunProcess(), `{"binary":"pwd","cwd":".."}`, tc)
 	require.Equal(t, "exit code 0\n--- stdout ---\n"+parent(wd)+"\n\n--- stderr ---\n", got.Value)
 
@@ -62,6 +62,10 @@ func TestRunProcessCwd(t *testing.T) {
 
 	got = mustExec(t, shell.RunProcess(), `{"binary":"pwd","cwd":"x"}`, &tool.Context{Process: runner("*")})
 	require.Equal(t, tool.Fail(tool.CodeInputInvalid, `invalid arguments: args.cwd "x" is relative and the call has no working dir; give an absolute path`), got)
+
+	_, err := call(t, shell.RunProcess(), `{"binary":"pwd","cwd":"/etc"}`, tc)
+	require.ErrorIs(t, err, tool.ErrPathNotReachable)
+	require.EqualError(t, err, "PATH_NOT_REACHABLE: read not permitted for /etc")
 }
 
 func parent(dir string) string {
@@ -96,7 +100,7 @@ func TestRunProcessDenials(t *testing.T) {
 		message string
 	}{
 		{"binary outside the ceiling",
-			process.New(&capability.BinaryGrant{Declared: []string{"*"}, Ceiling: &capability.Ceiling{Allow: []string{"git"}}}, resolver, process.Config{}, nil),
+			process.New(&capability.BinaryGrant{Declared: []string{"*"}, Ceiling: &capability.Ceiling{Allow: []string{"git"}}}, process.Reach{}, resolver, process.Config{}, nil),
 			`{"binary":"bash"}`, tool.ErrBinaryNotAllowed, "BINARY_NOT_ALLOWED: bash is not in the declared allowedBinaries"},
 		{"loader variable", runner("*"), `{"binary":"true","env":{"LD_PRELOAD":"/tmp/x.so"}}`,
 			tool.ErrEnvNotAllowed, "ENV_NOT_ALLOWED: LD_PRELOAD may not be set for a child process"},

@@ -7,19 +7,27 @@
 //
 //   - No runner (tc.Process nil) → not_available "Process capability not
 //     configured for this personality."
+//   - Capabilities: besides their binaries, both tools declare the
+//     personality's whole fs_reach (read and write "from-personality") and
+//     network "*". The runner confines the process (Landlock, where the
+//     kernel has it) to that reach, so the process reads and writes what
+//     the personality's file tools may, and it may use TCP only when the
+//     personality allows some host (any host and port then: Landlock
+//     cannot tell hosts apart).
 //   - cwd: empty or absent means the call's working dir (tc.WorkingDir; when
 //     that is empty too the runner uses "/"). An absolute cwd is cleaned; a
 //     relative one is joined to tc.WorkingDir and cleaned. A relative cwd in
-//     a call without a working dir is input_invalid. The directory is not
-//     checked against any fs_reach (these tools declare none); a directory
-//     that does not exist fails the start of the process.
+//     a call without a working dir is input_invalid. The runner refuses a
+//     directory outside the call's fs_reach ("PATH_NOT_REACHABLE: read not
+//     permitted for <dir>"); a directory that does not exist fails the
+//     start of the process.
 //   - timeout_ms (1 to 600,000) bounds the process: when it elapses, the
 //     process group is killed and the result is execution_failed
 //     "<Command|Process> timed out after <d>", d in Go duration format
 //     (time.Duration.String: "30s", "1.5s", "250ms"), followed by ":\n" and
 //     the output captured so far when there is any.
 //   - A capability denial raised by the runner (BINARY_NOT_ALLOWED,
-//     ENV_NOT_ALLOWED) and any other runner failure (binary not found on the
+//     ENV_NOT_ALLOWED, PATH_NOT_REACHABLE) and any other runner failure (binary not found on the
 //     trusted PATH, a bad cwd) is returned as a Go error, so the worker
 //     reports its message verbatim as execution_failed and records the
 //     denial. A cancelled call, or one whose worker-side timeout elapsed
@@ -54,6 +62,16 @@ const MsgNoProcess = "Process capability not configured for this personality."
 // Tools returns terminal and run_process, in that order.
 func Tools() []tool.Tool {
 	return []tool.Tool{Terminal(), RunProcess()}
+}
+
+// capabilities returns the capabilities of a process tool that runs
+// binaries: see the package comment.
+func capabilities(binaries ...string) tool.Capabilities {
+	return tool.Capabilities{
+		Network: &tool.Network{AllowedHosts: []string{"*"}},
+		FSReach: &tool.FSReach{Read: tool.FromPersonality(), Write: tool.FromPersonality()},
+		Process: &tool.Process{AllowedBinaries: binaries},
+	}
 }
 
 // noProcess is the result of a call without a process runner.

@@ -43,7 +43,8 @@ type terminalArgs struct {
 }
 
 // Terminal returns the terminal tool. It runs `bash -c <command>` through
-// tc.Process (capability process: ["bash"]) and answers with the command's
+// tc.Process (capabilities: process ["bash"], the personality's fs_reach and
+// network; see the package comment) and answers with the command's
 // output: its stdout followed by its stderr (the runner captures them
 // separately, so they are not interleaved; a "\n" is put between them when
 // both are non-empty and stdout does not end with one).
@@ -69,7 +70,7 @@ func terminal(interval time.Duration) tool.Tool {
 		Schema:            json.RawMessage(terminalSchema),
 		Toolset:           Toolset,
 		MaxResultChars:    TerminalMaxResultChars,
-		Capabilities:      tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"bash"}}},
+		Capabilities:      capabilities("bash"),
 		OutputIsUntrusted: true,
 		Execute: func(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
 			return executeTerminal(ctx, raw, tc, interval)

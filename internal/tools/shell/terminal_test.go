@@ -66,15 +66,22 @@ func TestTerminalCwd(t *testing.T) {
 		{"absolute cwd without working dir", "", other, tool.OK(other + "\n")},
 		{"relative cwd without working dir", "", "sub",
 			tool.Fail(tool.CodeInputInvalid, `invalid arguments: args.cwd "sub" is relative and the call has no working dir; give an absolute path`)},
+		{"cwd leaving the reach", wd, "..", tool.Result{}},
 	}
 	require.NoError(t, os.Mkdir(filepath.Join(wd, "sub"), 0o755))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tc := &tool.Context{Process: runner("bash"), WorkingDir: tt.workingDir}
+			tc := &tool.Context{Process: runnerIn([]string{wd, other}, "bash"), WorkingDir: tt.workingDir}
 			args := map[string]any{"command": "pwd"}
 			if tt.cwd != "" {
 				args["cwd"] = tt.cwd
+			}
+			if !tt.want.OK && tt.want.Code == "" {
+				_, err := call(t, shell.Terminal(), jsonArgs(t, args), tc)
+				require.ErrorIs(t, err, tool.ErrPathNotReachable)
+				require.EqualError(t, err, "PATH_NOT_REACHABLE: read not permitted for "+filepath.Dir(wd))
+				return
 			}
 			require.Equal(t, tt.want, mustExec(t, shell.Terminal(), jsonArgs(t, args), tc))
 		})
@@ -83,7 +90,8 @@ func TestTerminalCwd(t *testing.T) {
 
 func TestTerminalMissingCwdFailsTheStart(t *testing.T) {
 	t.Parallel()
-	tc := &tool.Context{Process: runner("bash"), WorkingDir: realDir(t)}
+	wd := realDir(t)
+	tc := &tool.Context{Process: runnerIn([]string{wd}, "bash"), WorkingDir: wd}
 	_, err := call(t, shell.Terminal(), `{"command":"pwd","cwd":"missing"}`, tc)
 	require.ErrorContains(t, err, "no such file or directory")
 }
@@ -205,7 +213,7 @@ func TestTerminalDenials(t *testing.T) {
 		t.Parallel()
 		var denied []error
 		r := process.New(&capability.BinaryGrant{Declared: []string{"bash"}, Ceiling: &capability.Ceiling{Allow: []string{"git"}}},
-			resolver, process.Config{}, func(err error) { denied = append(denied, err) })
+			process.Reach{}, resolver, process.Config{}, func(err error) { denied = append(denied, err) })
 		_, err := call(t, shell.Terminal(), `{"command":"echo hi"}`, &tool.Context{Process: r})
 		require.ErrorIs(t, err, tool.ErrBinaryNotAllowed)
 		require.EqualError(t, err, "BINARY_NOT_ALLOWED: bash is not in the declared allowedBinaries")
@@ -220,7 +228,7 @@ func TestTerminalDenials(t *testing.T) {
 		g, err := capability.Resolve(&term, &capability.Personality{}, capability.CallView{Tool: term.Name, SessionID: "s"})
 		require.NoError(t, err)
 		require.Equal(t, []string{"bash"}, g.Process.Declared)
-		tc := &tool.Context{Process: process.New(g.Process, resolver, process.Config{}, nil)}
+		tc := &tool.Context{Process: process.New(g.Process, process.Reach{}, resolver, process.Config{}, nil)}
 		require.Equal(t, tool.OK("hi\n"), mustExec(t, term, `{"command":"echo hi"}`, tc))
 	})
 }

@@ -20,11 +20,18 @@ func TestDeclarations(t *testing.T) {
 	require.Equal(t, "terminal", term.Toolset)
 	require.Equal(t, 20000, term.MaxResultChars)
 	require.True(t, term.OutputIsUntrusted)
-	require.Equal(t, tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"bash"}}}, term.Capabilities)
+	personality := func(binary string) tool.Capabilities {
+		return tool.Capabilities{
+			Network: &tool.Network{AllowedHosts: []string{"*"}},
+			FSReach: &tool.FSReach{Read: tool.FromPersonality(), Write: tool.FromPersonality()},
+			Process: &tool.Process{AllowedBinaries: []string{binary}},
+		}
+	}
+	require.Equal(t, personality("bash"), term.Capabilities)
 
 	require.Equal(t, "run_process", rp.Name)
 	require.Equal(t, "terminal", rp.Toolset)
-	require.Equal(t, tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"*"}}}, rp.Capabilities)
+	require.Equal(t, personality("*"), rp.Capabilities)
 
 	for _, tl := range tools {
 		require.NoError(t, tl.Validate(), tl.Name)

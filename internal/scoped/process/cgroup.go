@@ -1,0 +1,183 @@
+package process
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// cgroupRemoveTimeout bounds how long a call waits, after killing its
+// cgroup, for the killed processes to be gone so that the cgroup can be
+// removed.
+const cgroupRemoveTimeout = 5 * time.Second
+
+// ownCgroup returns the directory of this process's cgroup v2: the cgroup2
+// mount point joined with the "0::" entry of /proc/self/cgroup.
+func ownCgroup() (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	path, ok := "", false
+	for line := range strings.Lines(string(b)) {
+		if p, found := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "0::"); found {
+			path, ok = p, true
+			break
+		}
+	}
+	if !ok || !filepath.IsAbs(path) {
+		return "", errors.New("this process is in no cgroup v2 (no 0:: entry in /proc/self/cgroup)")
+	}
+	mounts, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer mounts.Close()
+	return cgroupDir(mounts, path)
+}
+
+// cgroupDir finds, in a mountinfo listing, the cgroup2 mount that shows
+// path and returns path's directory under it.
+func cgroupDir(mountinfo io.Reader, path string) (string, error) {
+	sc := bufio.NewScanner(mountinfo)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options [optional...] - fstype source super
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, tail := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(tail) < 1 || tail[0] != "cgroup2" {
+			continue
+		}
+		root, point := unescapeMount(fields[3]), unescapeMount(fields[4])
+		rel, ok := strings.CutPrefix(path, root)
+		if !ok || (rel != "" && root != "/" && !strings.HasPrefix(rel, "/")) {
+			continue
+		}
+		return filepath.Join(point, rel), nil
+	}
+	if err := sc.Err(); err != nil {
+		return "", fmt.Errorf("read /proc/self/mountinfo: %w", err)
+	}
+	return "", errors.New("no cgroup2 file system is mounted where this process's cgroup is visible")
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
+
+// probeCgroup checks that a child cgroup with cgroup.kill (Linux 5.14) can
+// be created under parent and removed again.
+func probeCgroup(parent string) error {
+	dir, err := os.MkdirTemp(parent, "capstan-probe-")
+	if err != nil {
+		return fmt.Errorf("create a cgroup under %s: %w", parent, err)
+	}
+	_, statErr := os.Stat(filepath.Join(dir, "cgroup.kill"))
+	if err := os.Remove(dir); err != nil {
+		return fmt.Errorf("remove probe cgroup %s: %w", dir, err)
+	}
+	if statErr != nil {
+		return fmt.Errorf("cgroup.kill is not supported (Linux 5.14 or later is needed): %w", statErr)
+	}
+	return nil
+}
+
+// cgroup is the cgroup v2 of one child and all its descendants.
+type cgroup struct {
+	dir string
+	// fd is open on dir, for clone3 to start the child inside the cgroup.
+	fd *os.File
+}
+
+// newCgroup creates an empty cgroup under parent.
+func newCgroup(parent string) (*cgroup, error) {
+	dir, err := os.MkdirTemp(parent, "capstan-call-")
+	if err != nil {
+		return nil, fmt.Errorf("process: create cgroup: %w", err)
+	}
+	fd, err := os.Open(dir)
+	if err != nil {
+		_ = os.Remove(dir)
+		return nil, fmt.Errorf("process: open cgroup: %w", err)
+	}
+	return &cgroup{dir: dir, fd: fd}, nil
+}
+
+// kill sends SIGKILL to every process in the cgroup, at once.
+func (c *cgroup) kill() error {
+	f, err := os.OpenFile(filepath.Join(c.dir, "cgroup.kill"), os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("process: kill cgroup: %w", err)
+	}
+	_, err = f.Write([]byte("1"))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("process: kill cgroup: %w", err)
+	}
+	return nil
+}
+
+// remove kills what is left in the cgroup, waits (up to
+// cgroupRemoveTimeout) until it is empty, and removes it.
+func (c *cgroup) remove() error {
+	defer c.fd.Close()
+	if err := c.kill(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(cgroupRemoveTimeout)
+	pause := time.Millisecond
+	for {
+		populated, err := c.populated()
+		if err != nil {
+			return err
+		}
+		if !populated {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process: cgroup %s still has processes %s after they were killed", c.dir, cgroupRemoveTimeout)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+	if err := os.Remove(c.dir); err != nil {
+		return fmt.Errorf("process: remove cgroup: %w", err)
+	}
+	return nil
+}
+
+// populated reports whether a process is left in the cgroup or below.
+func (c *cgroup) populated() (bool, error) {
+	b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.events"))
+	if err != nil {
+		return false, fmt.Errorf("process: read cgroup events: %w", err)
+	}
+	for line := range bytes.Lines(b) {
+		if v, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("populated ")); ok {
+			return string(v) != "0", nil
+		}
+	}
+	return false, fmt.Errorf("process: %s has no populated entry", filepath.Join(c.dir, "cgroup.events"))
+}
