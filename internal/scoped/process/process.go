@@ -50,7 +50,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -251,59 +250,6 @@ func (r *runner) Run(ctx context.Context, cmd tool.Command) (*tool.ProcessResult
 	}
 	defer os.RemoveAll(tmp)
 	return r.run(ctx, path, dir, tmp, cmd)
-}
-
-// binaryPath returns the path to execute for cmd.Binary.
-func (r *runner) binaryPath(cmd tool.Command) (string, error) {
-	switch {
-	case !strings.ContainsRune(cmd.Binary, '/'):
-		return r.resolver.Resolve(cmd.Binary)
-	case filepath.IsAbs(cmd.Binary):
-		return filepath.Clean(cmd.Binary), nil
-	case cmd.Dir == "":
-		return "", fmt.Errorf("process: relative binary %q needs an absolute dir", cmd.Binary)
-	}
-	return filepath.Join(cmd.Dir, cmd.Binary), nil
-}
-
-// checkEnv refuses loader variables and malformed names and values.
-func (r *runner) checkEnv(extra map[string]string) error {
-	names := slices.Sorted(maps.Keys(extra))
-	for _, name := range names {
-		upper := strings.ToUpper(name)
-		if strings.HasPrefix(upper, "LD_") || strings.HasPrefix(upper, "DYLD_") {
-			err := tool.Deny(tool.ErrEnvNotAllowed, name+" may not be set for a child process")
-			r.denied(err)
-			return err
-		}
-	}
-	for _, name := range names {
-		if name == "" || strings.ContainsAny(name, "=\x00") {
-			return fmt.Errorf("process: invalid environment variable name %q", name)
-		}
-		if strings.ContainsRune(extra[name], 0) {
-			return fmt.Errorf("process: value of environment variable %s contains NUL", name)
-		}
-	}
-	return nil
-}
-
-// environ returns the child's environment, sorted: the base variables with
-// TMPDIR tmp, then extra (checked by checkEnv), whose values win.
-func (r *runner) environ(extra map[string]string, tmp string) []string {
-	all := map[string]string{
-		"PATH":   r.path,
-		"HOME":   cmp.Or(r.home, tmp),
-		"LANG":   "C.UTF-8",
-		"TZ":     "UTC",
-		"TMPDIR": tmp,
-	}
-	maps.Copy(all, extra)
-	env := make([]string, 0, len(all))
-	for _, name := range slices.Sorted(maps.Keys(all)) {
-		env = append(env, name+"="+all[name])
-	}
-	return env
 }
 
 // run starts the child in its own process group (and cgroup, when there

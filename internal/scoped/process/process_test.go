@@ -72,7 +72,7 @@ func TestRun(t *testing.T) {
 		{name: "true", grant: grant("true"), cmd: tool.Command{Binary: "true"}},
 		{name: "non-zero exit is not an error", grant: grant("false"), cmd: tool.Command{Binary: "false"}, wantExit: 1},
 		{name: "stderr and exit code", grant: grant("cat"), cmd: tool.Command{Binary: "cat", Args: []string{"/no/such/file"}}, wantStderr: "cat: /no/such/file: No such file or directory\n", wantExit: 1},
-		{name: "killed by a signal", grant: grant(exe), cmd: tool.Command{Binary: exe, Env: map[string]string{"CAPSTAN_PROCESS_HELPER": "signal"}}, wantExit: 128 + 15},
+		{name: "killed by a signal", grant: grant(exe), cmd: tool.Command{Binary: exe, Env: map[string]string{helperEnv: "signal"}}, wantExit: 128 + 15},
 		{name: "stdin", grant: grant("cat"), cmd: tool.Command{Binary: "cat", Stdin: []byte("from stdin")}, wantStdout: "from stdin"},
 		{name: "no stdin is empty", grant: grant("cat"), cmd: tool.Command{Binary: "cat"}},
 		{name: "dir in the read reach", grant: grant("pwd"), reach: readReach(dir), cmd: tool.Command{Binary: "pwd", Dir: dir}, wantStdout: dir + "\n"},
@@ -285,37 +285,54 @@ func TestRunAlreadyCancelled(t *testing.T) {
 	require.Nil(t, res)
 }
 
+// killConfigs are the two ways a call's processes are killed: its cgroup
+// and process group (when the machine has a cgroup), and its process group
+// alone.
+var killConfigs = []struct {
+	name string
+	cfg  process.Config
+}{
+	{"default", process.Config{}},
+	{"process group only", process.Config{NoCgroup: true}},
+}
+
 // TestRunKillsProcessGroup cancels a child whose grandchild shares its
 // group and holds its pipes: the whole group dies and Run returns promptly.
 func TestRunKillsProcessGroup(t *testing.T) {
 	t.Parallel()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	pidFile, reach := helperPIDFile(t)
-	r := process.New(grant(exe), reach, resolver, process.Config{}, nil)
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
+	for _, kc := range killConfigs {
+		t.Run(kc.name, func(t *testing.T) {
+			t.Parallel()
+			pidFile, reach := helperPIDFile(t)
+			r := process.New(grant(exe), reach, resolver, kc.cfg, nil)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
 
-	type outcome struct {
-		res *tool.ProcessResult
-		err error
+			type outcome struct {
+				res *tool.ProcessResult
+				err error
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				res, err := r.Run(ctx, tool.Command{Binary: exe, Env: map[string]string{helperEnv: "group", pidFileEnv: pidFile}})
+				done <- outcome{res, err}
+			}()
+			grandchild := waitPID(t, pidFile)
+			require.True(t, alive(grandchild))
+			cancel(errCallCancelled)
+			select {
+			case o := <-done:
+				require.ErrorIs(t, o.err, errCallCancelled)
+				require.Equal(t, "parent done\n", string(o.res.Stdout))
+				require.Equal(t, -1, o.res.ExitCode)
+			case <-time.After(5 * time.Second):
+				t.Fatal("Run did not return after cancellation")
+			}
+			require.Eventually(t, func() bool { return !alive(grandchild) }, 5*time.Second, 10*time.Millisecond, "grandchild survived")
+		})
 	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := r.Run(ctx, tool.Command{Binary: exe, Env: map[string]string{"CAPSTAN_PROCESS_HELPER": "group", "CAPSTAN_PROCESS_PIDFILE": pidFile}})
-		done <- outcome{res, err}
-	}()
-	grandchild := waitPID(t, pidFile)
-	require.True(t, alive(grandchild))
-	cancel(errCallCancelled)
-	select {
-	case o := <-done:
-		require.ErrorIs(t, o.err, errCallCancelled)
-		require.Equal(t, "parent done\n", string(o.res.Stdout))
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after cancellation")
-	}
-	require.Eventually(t, func() bool { return !alive(grandchild) }, 5*time.Second, 10*time.Millisecond, "grandchild survived")
 }
 
 // TestRunKillsLeftoverGroup runs a child that exits at once, leaving a
@@ -324,31 +341,19 @@ func TestRunKillsLeftoverGroup(t *testing.T) {
 	t.Parallel()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	pidFile, reach := helperPIDFile(t)
-	r := process.New(grant(exe), reach, resolver, process.Config{}, nil)
-	res, err := r.Run(context.Background(), tool.Command{Binary: exe, Env: map[string]string{"CAPSTAN_PROCESS_HELPER": "background", "CAPSTAN_PROCESS_PIDFILE": pidFile}})
-	require.NoError(t, err)
-	require.Equal(t, 0, res.ExitCode)
-	require.Equal(t, "parent done\n", string(res.Stdout))
-	grandchild := waitPID(t, pidFile)
-	require.Eventually(t, func() bool { return !alive(grandchild) }, 5*time.Second, 10*time.Millisecond, "grandchild survived")
-}
-
-// TestRunReturnsWhenPipesAreHeld runs a child whose grandchild left the
-// group (new session) and holds the pipes: Run still returns, after the
-// bounded drain.
-func TestRunReturnsWhenPipesAreHeld(t *testing.T) {
-	t.Parallel()
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	pidFile, reach := helperPIDFile(t)
-	r := process.New(grant(exe), reach, resolver, process.Config{}, nil)
-	start := time.Now()
-	res, err := r.Run(context.Background(), tool.Command{Binary: exe, Env: map[string]string{"CAPSTAN_PROCESS_HELPER": "escape", "CAPSTAN_PROCESS_PIDFILE": pidFile}})
-	require.NoError(t, err)
-	require.Less(t, time.Since(start), 10*time.Second)
-	require.Equal(t, 0, res.ExitCode)
-	require.Equal(t, "parent done\n", string(res.Stdout))
+	for _, kc := range killConfigs {
+		t.Run(kc.name, func(t *testing.T) {
+			t.Parallel()
+			pidFile, reach := helperPIDFile(t)
+			r := process.New(grant(exe), reach, resolver, kc.cfg, nil)
+			res, err := r.Run(context.Background(), tool.Command{Binary: exe, Env: map[string]string{helperEnv: "background", pidFileEnv: pidFile}})
+			require.NoError(t, err)
+			require.Equal(t, 0, res.ExitCode)
+			require.Equal(t, "parent done\n", string(res.Stdout))
+			grandchild := waitPID(t, pidFile)
+			require.Eventually(t, func() bool { return !alive(grandchild) }, 5*time.Second, 10*time.Millisecond, "grandchild survived")
+		})
+	}
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/capstanhq/capstan/tool"
 )
 
 // DefaultTrustedPATH is the trusted PATH when none is configured. It is
@@ -89,4 +91,17 @@ func (r *Resolver) lookup(name string) resolved {
 		}
 	}
 	return resolved{err: fmt.Errorf("resolve binary %q on the trusted PATH %s: %w", name, strings.Join(r.path, string(os.PathListSeparator)), exec.ErrNotFound)}
+}
+
+// binaryPath returns the path to execute for cmd.Binary.
+func (r *runner) binaryPath(cmd tool.Command) (string, error) {
+	switch {
+	case !strings.ContainsRune(cmd.Binary, '/'):
+		return r.resolver.Resolve(cmd.Binary)
+	case filepath.IsAbs(cmd.Binary):
+		return filepath.Clean(cmd.Binary), nil
+	case cmd.Dir == "":
+		return "", fmt.Errorf("process: relative binary %q needs an absolute dir", cmd.Binary)
+	}
+	return filepath.Join(cmd.Dir, cmd.Binary), nil
 }
