@@ -1,15 +1,22 @@
 package worker_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/scoped/process"
 	"github.com/capstanhq/capstan/internal/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
 	"github.com/stretchr/testify/require"
@@ -87,4 +94,88 @@ func TestStaleWriteDeletedFileCanBeReReadAndWritten(t *testing.T) {
 	require.NoError(t, os.WriteFile(other, []byte("theirs"), 0o600))
 	r = call("d6", "write_file", `{"path":"new.txt","content":"mine"}`)
 	require.Regexp(t, `^STALE_WRITE: .*new\.txt did not exist when it was read but was created externally at \S+\. Re-read the file before writing\.$`, r.Error)
+}
+
+// lockedBuffer is an io.Writer safe for the worker's concurrent logging.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestTerminalConfinedToThePersonality runs terminal through a worker: the
+// shell works in the personality's reach and, where the kernel has
+// Landlock, reaches nothing else; TCP follows the personality's network
+// allow list. The worker reports its sandbox once at start.
+func TestTerminalConfinedToThePersonality(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("inside\n"), 0o600))
+	outside := filepath.Join(t.TempDir(), "secret.txt")
+	require.NoError(t, os.WriteFile(outside, []byte("outside\n"), 0o600))
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	reach := fmt.Sprintf("fs_reach:\n  workdir: %q\n  read: [\"${WORKDIR}\"]\n  write: [\"${WORKDIR}\"]\n", dir)
+	e.putPersonality("coder", "id: coder\n"+reach)
+	e.putPersonality("online", "id: online\n"+reach+"safety:\n  network:\n    allow: [\"127.0.0.1:*\"]\n    allow_private_urls: true\n")
+	var logs lockedBuffer
+	e.start(worker.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, builtin.All()...)
+	run := func(id, personality, command string) protocol.Result {
+		args, err := json.Marshal(map[string]string{"command": command})
+		require.NoError(t, err)
+		e.call(protocol.Call{CallID: id, Tool: "terminal", PersonalityID: personality, Args: args})
+		return e.result(id, id)
+	}
+
+	require.Equal(t, 1, strings.Count(logs.String(), `"msg":"process sandbox"`), logs.String())
+	require.Contains(t, logs.String(), fmt.Sprintf(`"landlock_abi":%d`, process.Sandbox().LandlockABI))
+
+	r := run("t1", "coder", "pwd; cat notes.txt; echo made > out.txt")
+	require.True(t, r.OK, r.Error)
+	require.Contains(t, r.Value, dir+"\ninside\n")
+	require.FileExists(t, filepath.Join(dir, "out.txt"))
+
+	r = run("t2", "coder", "cd /etc")
+	require.True(t, r.OK, "cd inside the shell is not the working dir: %s", r.Error)
+	e.call(protocol.Call{CallID: "t3", Tool: "terminal", PersonalityID: "coder", Args: json.RawMessage(`{"command":"pwd","cwd":"/etc"}`)})
+	r = e.result("t3", "t3")
+	require.Equal(t, "PATH_NOT_REACHABLE: read not permitted for /etc", r.Error)
+
+	sb := process.Sandbox()
+	if !sb.Confined {
+		t.Skipf("children are not confined on this machine (%s): the Landlock checks are skipped", sb.Reason)
+	}
+	r = run("t4", "coder", "cat "+outside)
+	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
+	require.Contains(t, r.Error, outside+": Permission denied")
+	dial := "exec 3<>/dev/tcp/127.0.0.1/" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port) + " && echo connected"
+	r = run("t5", "coder", dial)
+	require.Equal(t, protocol.CodeExecutionFailed, r.Code, "no network in the personality: no TCP")
+	require.Contains(t, r.Error, "Permission denied")
+	r = run("t6", "online", dial)
+	require.True(t, r.OK, r.Error)
+	require.Contains(t, r.Value, "\nconnected\n")
 }

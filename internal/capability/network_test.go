@@ -84,6 +84,31 @@ func TestNetworkGrantNil(t *testing.T) {
 	require.EqualError(t, g.CheckEndpoint(Endpoint{}), "HOST_NOT_ALLOWED: invalid URL: missing host")
 }
 
+func TestNetworkGrantEmpty(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		declared []string
+		allow    []string
+		want     bool
+	}{
+		{name: "star under an allow list", declared: []string{"*"}, allow: []string{"api.github.com"}, want: false},
+		{name: "explicit host under an allow list", declared: []string{"api.github.com"}, allow: []string{"*.github.com"}, want: false},
+		{name: "no allow list", declared: []string{"*"}, want: true},
+		{name: "nothing declared", declared: []string{}, allow: []string{"*"}, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g, err := NewNetworkGrant(tt.declared, NetworkPolicy{Allow: tt.allow})
+			require.NoError(t, err)
+			require.Equal(t, tt.want, g.Empty())
+		})
+	}
+	var none *NetworkGrant
+	require.True(t, none.Empty())
+}
+
 func TestNewNetworkGrantErrors(t *testing.T) {
 	t.Parallel()
 	_, err := NewNetworkGrant([]string{"a.*.com"}, NetworkPolicy{Allow: []string{"x:0"}, Deny: []string{"[::1"}})
