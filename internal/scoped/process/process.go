@@ -49,6 +49,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -202,9 +203,10 @@ func New(g *capability.BinaryGrant, reach Reach, res *Resolver, cfg Config, onDe
 //     process". An empty name, or one containing '=' or NUL, and a value
 //     containing NUL are errors.
 //   - cmd.Dir must be absolute and covered by the reach's read or write
-//     prefixes, else "PATH_NOT_REACHABLE: read not permitted for <dir>";
-//     empty means "/" (never the worker's current directory), where a
-//     confined child can list nothing.
+//     prefixes, else "PATH_NOT_REACHABLE: read not permitted for <dir>",
+//     and must be a directory, else "process: working directory <dir>:
+//     <system error>" (wrapping it); empty means "/" (never the worker's
+//     current directory), where a confined child can list nothing.
 //   - cmd.Stdin is the child's stdin (empty: /dev/null).
 //
 // A child that exits, with any status, gives a ProcessResult and a nil
@@ -235,6 +237,9 @@ func (r *runner) Run(ctx context.Context, cmd tool.Command) (*tool.ProcessResult
 		if err := r.checkDir(dir); err != nil {
 			r.denied(err)
 			return nil, err
+		}
+		if err := isDir(dir); err != nil {
+			return nil, fmt.Errorf("process: working directory %s: %w", dir, err)
 		}
 	}
 	path, err := r.binaryPath(cmd)
@@ -368,6 +373,22 @@ func (r *runner) removeCgroup(ctx context.Context, cg *cgroup) {
 	if err := cg.remove(); err != nil {
 		r.log.WarnContext(ctx, "process cgroup not removed", "error", err)
 	}
+}
+
+// isDir returns nil when dir is a directory, else the system error (for
+// example ENOENT or ENOTDIR).
+func isDir(dir string) error {
+	fi, err := os.Stat(dir)
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &pe):
+		return pe.Err
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return syscall.ENOTDIR
+	}
+	return nil
 }
 
 // exitCode returns the exit status, or 128+n for a child killed by signal n.

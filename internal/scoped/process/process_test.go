@@ -3,11 +3,13 @@ package process_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,6 +56,7 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err)
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "file"), nil, 0o644))
 	tests := []struct {
 		name       string
 		grant      *capability.BinaryGrant
@@ -99,6 +102,8 @@ func TestRun(t *testing.T) {
 		{name: "dir outside the reach", grant: grant("pwd"), reach: readReach(dir), cmd: tool.Command{Binary: "pwd", Dir: filepath.Dir(dir)}, wantDeny: tool.ErrPathNotReachable, wantMsg: "PATH_NOT_REACHABLE: read not permitted for " + filepath.Dir(dir)},
 		{name: "dir next to the reach", grant: grant("pwd"), reach: readReach(dir), cmd: tool.Command{Binary: "pwd", Dir: dir + "2"}, wantDeny: tool.ErrPathNotReachable, wantMsg: "PATH_NOT_REACHABLE: read not permitted for " + dir + "2"},
 		{name: "dir without a reach", grant: grant("pwd"), cmd: tool.Command{Binary: "pwd", Dir: "/tmp/../etc"}, wantDeny: tool.ErrPathNotReachable, wantMsg: "PATH_NOT_REACHABLE: read not permitted for /etc"},
+		{name: "missing dir", grant: grant("pwd"), reach: readReach(dir), cmd: tool.Command{Binary: "pwd", Dir: dir + "/missing"}, wantMsg: "process: working directory " + dir + "/missing: no such file or directory", wantIs: fs.ErrNotExist},
+		{name: "dir is a file", grant: grant("pwd"), reach: readReach(dir), cmd: tool.Command{Binary: "pwd", Dir: dir + "/file"}, wantMsg: "process: working directory " + dir + "/file: not a directory", wantIs: syscall.ENOTDIR},
 		{name: "DYLD_", grant: grant("echo"), cmd: tool.Command{Binary: "echo", Env: map[string]string{"OK": "1", "DYLD_INSERT_LIBRARIES": "x"}}, wantDeny: tool.ErrEnvNotAllowed, wantMsg: "ENV_NOT_ALLOWED: DYLD_INSERT_LIBRARIES may not be set for a child process"},
 
 		{name: "not on trusted PATH", grant: grant("capstan-no-such-binary"), cmd: tool.Command{Binary: "capstan-no-such-binary"}, wantIs: exec.ErrNotFound},

@@ -93,7 +93,7 @@ func TestTerminalMissingCwdFailsTheStart(t *testing.T) {
 	wd := realDir(t)
 	tc := &tool.Context{Process: runnerIn([]string{wd}, "bash"), WorkingDir: wd}
 	_, err := call(t, shell.Terminal(), `{"command":"pwd","cwd":"missing"}`, tc)
-	require.ErrorContains(t, err, "no such file or directory")
+	require.EqualError(t, err, "process: working directory "+wd+"/missing: no such file or directory")
 }
 
 func TestTerminalTimeout(t *testing.T) {
