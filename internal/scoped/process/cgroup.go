@@ -9,7 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/capstanhq/capstan/internal/scoped/process/launcher"
 )
 
 // cgroupRemoveTimeout bounds how long a call waits, after killing its
@@ -86,20 +89,28 @@ func unescapeMount(s string) string {
 func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // probeCgroup checks that a child cgroup with cgroup.kill (Linux 5.14) can
-// be created under parent and removed again.
+// be created under parent, that a process can be started inside it
+// (clone3, which a seccomp filter may refuse), and that it can be removed
+// again.
 func probeCgroup(parent string) error {
-	dir, err := os.MkdirTemp(parent, "capstan-probe-")
+	cg, err := newCgroup(parent)
 	if err != nil {
-		return fmt.Errorf("create a cgroup under %s: %w", parent, err)
+		return fmt.Errorf("create a cgroup under %s: %w", parent, errors.Unwrap(err))
 	}
-	_, statErr := os.Stat(filepath.Join(dir, "cgroup.kill"))
-	if err := os.Remove(dir); err != nil {
-		return fmt.Errorf("remove probe cgroup %s: %w", dir, err)
+	err = func() error {
+		if _, err := os.Stat(filepath.Join(cg.dir, "cgroup.kill")); err != nil {
+			return fmt.Errorf("cgroup.kill is not supported (Linux 5.14 or later is needed): %w", err)
+		}
+		if err := launcher.Check(&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.fd.Fd())}); err != nil {
+			return fmt.Errorf("start a process inside a cgroup: %w", err)
+		}
+		return nil
+	}()
+	_ = cg.fd.Close()
+	if rmErr := os.Remove(cg.dir); rmErr != nil {
+		err = errors.Join(err, fmt.Errorf("remove probe cgroup %s: %w", cg.dir, rmErr))
 	}
-	if statErr != nil {
-		return fmt.Errorf("cgroup.kill is not supported (Linux 5.14 or later is needed): %w", statErr)
-	}
-	return nil
+	return err
 }
 
 // cgroup is the cgroup v2 of one child and all its descendants.

@@ -99,6 +99,9 @@ func spawnGrandchild(mode string) int {
 	if err := gc.Start(); err != nil {
 		return 4
 	}
+	// Printed before the pid is written, so a test that has the pid has
+	// this line too.
+	fmt.Println("parent done")
 	if mode == "daemon" {
 		// The first fork exits once the daemon runs; the daemon is
 		// re-parented away from this child.
@@ -108,7 +111,6 @@ func spawnGrandchild(mode string) int {
 	} else if err := os.WriteFile(os.Getenv(pidFileEnv), []byte(strconv.Itoa(gc.Process.Pid)), 0o644); err != nil {
 		return 5
 	}
-	fmt.Println("parent done")
 	if mode == "group" || mode == "daemon" {
 		time.Sleep(time.Minute)
 	}

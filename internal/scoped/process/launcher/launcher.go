@@ -10,7 +10,8 @@
 // given, so the binary starts confined and shares no Go runtime state with
 // the worker. When any step fails the launcher writes the error to the
 // status pipe and exits with status 126 (127 when the binary does not
-// exist); the runner reads that pipe with Await.
+// exist); the runner reads that pipe with Await. With argv[1] "check"
+// instead, the launcher exits 0 at once (Check).
 //
 // Importing this package installs the hook: an init function that, in
 // launcher mode, never returns. The process package imports it, so every
@@ -220,9 +221,40 @@ func isLauncher(args []string) bool {
 	return unix.Fstat(statusFD, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
 }
 
+// checkArg, as argv[1], makes a launcher exit 0 at once (Check).
+const checkArg = "check"
+
+// Check starts a launcher with attr that exits at once without confining
+// or running anything, and waits for it. It tells whether children can be
+// started that way: a seccomp filter may refuse clone3, which placing a
+// child in a cgroup at start needs.
+func Check(attr *syscall.SysProcAttr) error {
+	c := exec.Command(Self)
+	c.Args = []string{Arg0, checkArg}
+	c.SysProcAttr = attr
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("launcher: status pipe: %w", err)
+	}
+	defer r.Close()
+	c.ExtraFiles = []*os.File{w}
+	err = c.Start()
+	_ = w.Close()
+	if err != nil {
+		return fmt.Errorf("launcher: start: %w", err)
+	}
+	if err := c.Wait(); err != nil {
+		return fmt.Errorf("launcher: %w", err)
+	}
+	return nil
+}
+
 // launch confines this process and executes the binary; it returns only
 // when that fails, with the exit status, after reporting on status.
 func launch(args []string, status *os.File) int {
+	if len(args) == 2 && args[1] == checkArg {
+		return 0
+	}
 	// The binary must not inherit the status pipe: exec closes it, which
 	// tells Await that all went well.
 	unix.CloseOnExec(statusFD)

@@ -280,3 +280,11 @@ func TestAwait(t *testing.T) {
 		})
 	}
 }
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, launcher.Check(nil), "a launcher in check mode exits 0 at once")
+	require.NoError(t, launcher.Check(&syscall.SysProcAttr{Setpgid: true}))
+	err := launcher.Check(&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: 1 << 20})
+	require.ErrorContains(t, err, "launcher: start: ")
+}
