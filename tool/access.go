@@ -49,7 +49,10 @@ type Secrets interface {
 }
 
 // Runner runs allowed binaries without a shell, in their own process group,
-// with a minimal environment.
+// with a minimal environment, confined (where the kernel allows) to the
+// call's fs_reach and network grant: a tool whose processes need files or
+// network declares fs_reach or network besides process. Dir must lie inside
+// the call's fs_reach.
 type Runner interface {
 	Run(ctx context.Context, cmd Command) (*ProcessResult, error)
 }
