@@ -99,8 +99,8 @@ type Config struct {
 	// cgroup is available: the degraded paths, for tests. The worker never
 	// sets them.
 	NoLandlock, NoCgroup bool
-	// Logger receives what Run cannot return: a per-call cgroup that could
-	// not be removed. Nil: slog.Default().
+	// Logger receives what Run cannot return: a per-call cgroup or TMPDIR
+	// that could not be removed. Nil: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -253,7 +253,7 @@ func (r *runner) Run(ctx context.Context, cmd tool.Command) (*tool.ProcessResult
 	if err != nil {
 		return nil, fmt.Errorf("process: create the child's TMPDIR: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer r.removeTmp(ctx, tmp)
 	return r.run(ctx, path, dir, tmp, cmd)
 }
 
@@ -365,6 +365,14 @@ func (r *runner) kill(pgid int, cg *cgroup) error {
 		err = cg.kill()
 	}
 	return errors.Join(err, killGroup(pgid))
+}
+
+// removeTmp removes the child's TMPDIR, logging a failure (a child can
+// make a directory in it unreadable; Run's result does not depend on it).
+func (r *runner) removeTmp(ctx context.Context, tmp string) {
+	if err := os.RemoveAll(tmp); err != nil {
+		r.log.WarnContext(ctx, "process TMPDIR not removed", "error", err)
+	}
 }
 
 // removeCgroup removes the call's cgroup, logging a failure (Run's result

@@ -1,12 +1,15 @@
 package process_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -389,3 +392,33 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestRunLogsTmpDirLeft has a child make part of its TMPDIR unreadable: Run
+// still answers and logs that the directory was not removed. Root removes
+// it anyway, so the test needs another user.
+func TestRunLogsTmpDirLeft(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() == 0 {
+		t.Skip("root removes an unreadable directory: run as another user to test this path")
+	}
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	r := process.New(grant("bash"), process.Reach{}, resolver, process.Config{TmpDir: realTempDir(t), Logger: log}, nil)
+	res, err := r.Run(context.Background(), tool.Command{Binary: "bash", Args: []string{"-c", `mkdir "$TMPDIR/d" && touch "$TMPDIR/d/f" && chmod 0 "$TMPDIR/d" && printf %s "$TMPDIR"`}})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, string(res.Stderr))
+	tmp := string(res.Stdout)
+	t.Cleanup(func() { _ = os.Chmod(tmp+"/d", 0o700) })
+	mu.Lock()
+	defer mu.Unlock()
+	require.Regexp(t, `level=WARN msg="process TMPDIR not removed" error="\w+ `+regexp.QuoteMeta(tmp)+`/d: permission denied"`, logs.String())
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
