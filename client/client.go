@@ -26,6 +26,9 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/telemetry"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Call is a tool call (protocol.md, "Call message").
@@ -58,12 +61,20 @@ type Config struct {
 	// DefaultWait is how long ExecuteParallel waits for a call without
 	// timeout_ms (a call with one waits timeout_ms + 10s); default 70s.
 	DefaultWait time.Duration
+	// TracerProvider makes the producer span of every published call, whose
+	// W3C trace context travels in the call's traceparent and tracestate
+	// headers (never baggage); default otel.GetTracerProvider(), a no-op
+	// unless the program set one.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, protocol.DefaultPrefix)
 	c.Name = cmp.Or(c.Name, "capstan-client")
 	c.DefaultWait = cmp.Or(c.DefaultWait, DefaultWait)
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
 	return c
 }
 
@@ -84,9 +95,10 @@ func (c Config) validate() error {
 // Client publishes calls and reads results. It is safe for concurrent use.
 // Create it with New and release it with Close.
 type Client struct {
-	cfg   Config
-	conn  *bus.Conn
-	names protocol.Names
+	cfg    Config
+	conn   *bus.Conn
+	names  protocol.Names
+	tracer trace.Tracer
 
 	catMu   sync.RWMutex
 	catalog map[string]CatalogEntry // by tool name, kept current by a KV watch
@@ -109,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	c := &Client{cfg: cfg, conn: conn, names: conn.Names(), catalog: make(map[string]CatalogEntry)}
+	c := &Client{cfg: cfg, conn: conn, names: conn.Names(), tracer: telemetry.Tracer(cfg.TracerProvider), catalog: make(map[string]CatalogEntry)}
 	if err := c.watchCatalog(ctx); err != nil {
 		conn.Close()
 		return nil, err

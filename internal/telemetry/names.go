@@ -47,6 +47,9 @@ const (
 	AttrTruncated = attribute.Key("capstan.result.truncated")
 	// AttrDryRun marks a dry run.
 	AttrDryRun = attribute.Key("capstan.dry_run")
+	// AttrDuplicate is true on a producer span whose call_id JetStream had
+	// already stored (the first call stands).
+	AttrDuplicate = attribute.Key("capstan.duplicate")
 	// AttrRedelivery is true on a delivery after the first.
 	AttrRedelivery = attribute.Key("capstan.redelivery")
 )
