@@ -10,6 +10,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/telemetry"
 )
 
 // opTimeout bounds each bus operation a call handler makes (publish, KV, ack).
@@ -38,9 +39,12 @@ func opCtx() (context.Context, context.CancelFunc) {
 func (w *Worker) handle(m *bus.Msg) {
 	defer w.calls.Done()
 	defer func() { <-w.slots }()
+	cctx, cs := w.startCall(m)
+	defer cs.end()
 	defer func() {
 		if p := recover(); p != nil {
-			w.log.Error("call handler panicked; call handed back", "subject", m.Subject, "panic", fmt.Sprint(p))
+			cs.outcome = "panic"
+			w.log.ErrorContext(cctx, "call handler panicked; call handed back", "subject", m.Subject, "panic", fmt.Sprint(p))
 			_ = m.Nak(time.Second)
 		}
 	}()
@@ -48,7 +52,7 @@ func (w *Worker) handle(m *bus.Msg) {
 	_, subjectTool, subjErr := w.names.ParseCallSubject(m.Subject)
 	call, err := protocol.DecodeCall(m.Data)
 	if subjErr != nil {
-		w.rejectMalformed(m, "", nil, subjErr)
+		w.rejectMalformed(cctx, m, "", nil, subjErr)
 		return
 	}
 	if err == nil && call.Tool != subjectTool {
@@ -57,12 +61,13 @@ func (w *Worker) handle(m *bus.Msg) {
 	}
 	if err != nil {
 		de, _ := protocol.AsDecodeError(err)
-		w.rejectMalformed(m, subjectTool, de, err)
+		w.rejectMalformed(cctx, m, subjectTool, de, err)
 		return
 	}
+	cs.decoded(&call)
 	if v := m.Header.Get(protocol.HeaderProtocol); v != "" && v != protocol.Version {
 		// A newer client: answer rather than guess at its fields.
-		w.finish(m, &call, refuse(&call, protocol.DecisionDecode, protocol.CodeInputInvalid,
+		w.finish(cctx, m, &call, refuse(&call, protocol.DecisionDecode, protocol.CodeInputInvalid,
 			fmt.Sprintf("invalid call: header Capstan-Protocol %q is not supported (this worker speaks %s)", v, protocol.Version)))
 		return
 	}
@@ -72,11 +77,13 @@ func (w *Worker) handle(m *bus.Msg) {
 	cancel()
 	if err != nil {
 		w.retryLater(m, &call, fmt.Errorf("read completion record: %w", err))
+		cs.outcome = "retry"
 		return
 	}
 	if done {
 		// A redelivered call whose result was already published.
 		w.ack(m, call.CallID)
+		cs.outcome = "duplicate"
 		return
 	}
 
@@ -89,6 +96,7 @@ func (w *Worker) handle(m *bus.Msg) {
 		}
 		// Else a redelivery of the very message being run: the running
 		// handler acks it.
+		cs.outcome = "in_progress"
 		return
 	}
 	defer w.inflight.remove(call.CallID)
@@ -99,47 +107,57 @@ func (w *Worker) handle(m *bus.Msg) {
 		// Another worker holds the lease: let it finish; look again later.
 		w.recordFailure(call.CallID, "call lease held by another worker")
 		_ = m.Nak(bus.HeartbeatEvery)
+		cs.outcome = "in_progress"
 		return
 	}
 	if err != nil {
 		w.retryLater(m, &call, fmt.Errorf("take call lease: %w", err))
+		cs.outcome = "retry"
 		return
 	}
 	defer w.releaseLease(call.CallID)
 	stopBeat := w.heartbeat(m, call.CallID)
-	o := w.process(m, &call, r)
+	o := w.process(cctx, &call, r)
 	stopBeat()
 	switch {
 	case o.handback:
 		_ = m.Nak(0)
+		cs.outcome = "handback"
 	case o.infra != nil:
 		w.retryLater(m, &call, o.infra)
+		cs.outcome = "retry"
 	default:
-		w.finish(m, &call, o)
+		w.finish(cctx, m, &call, o)
 	}
 }
 
-// finish publishes the result, records completion, acks and audits.
-func (w *Worker) finish(m *bus.Msg, call *protocol.Call, o outcome) {
+// finish publishes the result, records completion, acks and audits. ctx
+// carries the call's consumer span: the log line has its trace_id.
+func (w *Worker) finish(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome) {
 	o.result.WorkerID = w.cfg.WorkerID
 	o.result.Deliveries = int(m.Deliveries)
-	if err := w.publishResult(call.CallID, o.result, m.Header); err != nil {
+	if err := w.publishResult(ctx, call.CallID, o.result, m.Header); err != nil {
 		w.retryLater(m, call, err)
+		setOutcome(ctx, "retry")
 		return
 	}
 	w.recordCompletion(call.CallID)
 	w.ack(m, call.CallID)
 	w.audit(call, o, int(m.Deliveries))
+	w.answered(ctx, call, o)
 	lvl := slog.LevelInfo
 	if !o.result.OK {
 		lvl = slog.LevelWarn
 	}
-	w.log.Log(context.Background(), lvl, "call finished", "call_id", call.CallID, "tool", call.Tool,
+	w.log.Log(ctx, lvl, "call finished", "call_id", call.CallID, "tool", call.Tool,
 		"ok", o.result.OK, "code", string(o.result.Code), "decision", o.decision,
 		"duration_ms", o.result.DurationMS, "deliveries", m.Deliveries)
 }
 
-func (w *Worker) publishResult(callID string, res protocol.Result, callHeader bus.Header) error {
+// publishResult publishes a call's result in a producer span ("send
+// <p>.result.{batch_id}.{call_id}", a child of ctx's span) whose context the
+// result's traceparent carries.
+func (w *Worker) publishResult(ctx context.Context, callID string, res protocol.Result, callHeader bus.Header) (err error) {
 	batch := res.BatchID
 	if !protocol.ValidToken(batch) {
 		batch = callID
@@ -153,23 +171,27 @@ func (w *Worker) publishResult(callID string, res protocol.Result, callHeader bu
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}
-	ctx, cancel := opCtx()
+	sctx, span := w.startPublish(ctx, subject, callID, len(data))
+	defer func() { endPublish(span, err) }()
+	ctx, cancel := context.WithTimeout(sctx, opTimeout)
 	defer cancel()
-	if _, err := w.conn.Publish(ctx, subject, data, w.header(callHeader), protocol.ResultMsgID(callID)); err != nil {
+	if _, err := w.conn.Publish(ctx, subject, data, w.header(sctx, callHeader), protocol.ResultMsgID(callID)); err != nil {
 		return fmt.Errorf("publish result: %w", err)
 	}
 	return nil
 }
 
 // header returns the headers of a message caused by a call: the protocol
-// version and the call's trace context (never its baggage).
-func (w *Worker) header(callHeader bus.Header) bus.Header {
+// version and the trace context (never baggage): the one of ctx's span when
+// it has a valid one, else the call's own.
+func (w *Worker) header(ctx context.Context, callHeader bus.Header) bus.Header {
 	h := bus.Header{protocol.HeaderProtocol: {protocol.Version}}
 	for _, k := range []string{protocol.HeaderTraceparent, protocol.HeaderTracestate} {
 		if v := callHeader.Get(k); v != "" {
 			h.Set(k, v)
 		}
 	}
+	telemetry.Inject(ctx, h)
 	return h
 }
 

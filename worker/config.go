@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/protocol"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a worker. The zero value of every field means its
@@ -62,7 +65,15 @@ type Config struct {
 	// file floor (~/.ssh, ...); default the user's home.
 	Home string
 	// Logger receives one line per call outcome; default slog.Default().
+	// Lines logged for a call carry its trace_id and span_id.
 	Logger *slog.Logger
+	// TracerProvider makes the worker's spans (a consumer span per delivery
+	// and its children); default otel.GetTracerProvider(), a no-op unless
+	// the program set one.
+	TracerProvider trace.TracerProvider
+	// MeterProvider makes the worker's metrics (docs/operations.md);
+	// default otel.GetMeterProvider(), a no-op unless the program set one.
+	MeterProvider metric.MeterProvider
 }
 
 // Secrets backends.
@@ -99,6 +110,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
 	}
 	if c.PersonalitiesDir != "" {
 		if abs, err := filepath.Abs(c.PersonalitiesDir); err == nil {

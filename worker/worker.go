@@ -20,6 +20,7 @@ import (
 	"github.com/capstanhq/capstan/internal/scoped/process"
 	"github.com/capstanhq/capstan/internal/secrets"
 	"github.com/capstanhq/capstan/internal/shape"
+	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/tool"
 )
 
@@ -33,6 +34,8 @@ type Worker struct {
 	log      *slog.Logger
 	ready    chan struct{}
 	names    protocol.Names
+	obs      *observer
+	health   health
 
 	// Set by Run.
 	conn     *bus.Conn
@@ -80,10 +83,14 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 		cfg:      cfg,
 		tools:    make(map[string]*hosted),
 		reducers: shape.NewReducers(),
-		log:      cfg.Logger,
+		log:      slog.New(telemetry.TraceHandler(cfg.Logger.Handler())),
 		ready:    make(chan struct{}),
 		names:    names,
 	}
+	if w.obs, err = newObserver(cfg.TracerProvider, cfg.MeterProvider); err != nil {
+		return nil, err
+	}
+	w.health.init()
 	for _, t := range tools {
 		if len(cfg.Tools) > 0 && !slices.Contains(cfg.Tools, t.Name) {
 			continue
@@ -204,6 +211,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	unobserve, err := w.observeGauges(cons)
+	if err != nil {
+		return err
+	}
+	defer unobserve()
 	go w.heartbeatRegistration(ctx)
 	abandonDone := make(chan struct{})
 	go func() { defer close(abandonDone); w.handleAbandoned(ctx, abandoned) }()

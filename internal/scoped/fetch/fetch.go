@@ -64,6 +64,10 @@ type Config struct {
 	// check. It exists so tests can map names to loopback; nil means
 	// net.DefaultResolver.LookupNetIP(ctx, "ip", host).
 	LookupIP func(ctx context.Context, host string) ([]netip.Addr, error)
+	// WrapTransport, when set, wraps the transport that dials, inside the
+	// grant checks: it sees only admitted requests, one per redirect hop
+	// (the worker's tracing middleware).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // Validate reports every invalid field of c, naming it. A worker should call
@@ -125,8 +129,12 @@ func New(g *capability.NetworkGrant, cfg Config, onDeny func(error)) tool.Fetche
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 1 << 20,
 	}
+	var next http.RoundTripper = f.transport
+	if f.cfg.WrapTransport != nil {
+		next = f.cfg.WrapTransport(next)
+	}
 	f.client = &http.Client{
-		Transport:     checkedTransport{f: f, next: f.transport},
+		Transport:     checkedTransport{f: f, next: next},
 		CheckRedirect: f.checkRedirect,
 	}
 	return f
