@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -444,4 +445,13 @@ func TestPersonalityCommands(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 	code, _, _ = runT(t, env, "", "personality", "put")
 	require.Equal(t, exitUsage, code)
+}
+
+func TestOTELConfigErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"call", "echo", "--args", "{}"},
+		func(k string) string { return map[string]string{"OTEL_TRACES_EXPORTER": "jaeger"}[k] }, strings.NewReader(""), &out, &errb)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errb.String(), `capstan: invalid configuration: telemetry: OTEL_TRACES_EXPORTER "jaeger" must be otlp or none`)
 }
