@@ -61,6 +61,10 @@ type Config struct {
 	// DefaultWait is how long ExecuteParallel waits for a call without
 	// timeout_ms (a call with one waits timeout_ms + 10s); default 70s.
 	DefaultWait time.Duration
+	// StreamReplicas is the replica count of the streams and buckets the
+	// client creates when no worker has yet; default 1. Existing ones are
+	// left as they are.
+	StreamReplicas int
 	// TracerProvider makes the producer span of every published call, whose
 	// W3C trace context travels in the call's traceparent and tracestate
 	// headers (never baggage); default otel.GetTracerProvider(), a no-op
@@ -85,6 +89,9 @@ func (c Config) validate() error {
 	}
 	if err := protocol.CheckToken("Config.Prefix", c.Prefix); err != nil {
 		errs = append(errs, err)
+	}
+	if c.StreamReplicas < 0 || c.StreamReplicas > 5 {
+		errs = append(errs, fmt.Errorf("Config.StreamReplicas must be 1 to 5, got %d", c.StreamReplicas))
 	}
 	if c.DefaultWait < 0 {
 		errs = append(errs, fmt.Errorf("Config.DefaultWait must not be negative, got %s", c.DefaultWait))
@@ -117,7 +124,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	conn, err := bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, Creds: cfg.NATSCreds, Name: cfg.Name, Prefix: cfg.Prefix})
+	conn, err := bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, Creds: cfg.NATSCreds, Name: cfg.Name, Prefix: cfg.Prefix, Replicas: cfg.StreamReplicas})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}

@@ -64,6 +64,10 @@ type Config struct {
 	// Home is the value of ${HOME} in personalities and the home of the
 	// file floor (~/.ssh, ...); default the user's home.
 	Home string
+	// StreamReplicas is the replica count of the streams and buckets this
+	// worker creates when they do not exist yet (3 on a 3-node cluster);
+	// default 1. Existing ones are left as they are.
+	StreamReplicas int
 	// Logger receives one line per call outcome; default slog.Default().
 	// Lines logged for a call carry its trace_id and span_id.
 	Logger *slog.Logger
@@ -102,6 +106,7 @@ func (c Config) withDefaults() Config {
 	c.SecretsBackend = cmp.Or(c.SecretsBackend, SecretsEnv)
 	c.SecretsEnvPrefix = cmp.Or(c.SecretsEnvPrefix, "CAPSTAN_SECRET_")
 	c.SecretCacheTTL = cmp.Or(c.SecretCacheTTL, 60*time.Second)
+	c.StreamReplicas = cmp.Or(c.StreamReplicas, 1)
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
 	}
@@ -138,6 +143,9 @@ func (c Config) validate() error {
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_CONCURRENCY must be at least 1, got %d", c.Concurrency))
+	}
+	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
+		errs = append(errs, fmt.Errorf("CAPSTAN_STREAM_REPLICAS must be 1 to 5, got %d", c.StreamReplicas))
 	}
 	if c.MaxDeliver < 1 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_MAX_DELIVER must be at least 1, got %d", c.MaxDeliver))

@@ -171,7 +171,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: w.cfg.NATSCreds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID})
+	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: w.cfg.NATSCreds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID, Replicas: w.cfg.StreamReplicas})
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ type Config struct {
 	SecretsEnvPrefix   string        `env:"CAPSTAN_SECRETS_ENV_PREFIX" envDefault:"CAPSTAN_SECRET_"`
 	SecretCacheTTL     time.Duration `env:"CAPSTAN_SECRET_CACHE_TTL" envDefault:"60s"`
 	HTTPAddr           string        `env:"CAPSTAN_HTTP_ADDR" envDefault:"127.0.0.1:9464"`
+	StreamReplicas     int           `env:"CAPSTAN_STREAM_REPLICAS" envDefault:"1"`
 	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" envDefault:"info"`
 	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT"`
 }
@@ -45,6 +46,7 @@ func (c Config) validate() error {
 	}{
 		{"CAPSTAN_CONCURRENCY", c.Concurrency == 0, "must be at least 1, got 0"},
 		{"CAPSTAN_MAX_DELIVER", c.MaxDeliver == 0, "must be at least 1, got 0"},
+		{"CAPSTAN_STREAM_REPLICAS", c.StreamReplicas == 0, "must be 1 to 5, got 0"},
 		{"CAPSTAN_CALL_TIMEOUT", c.CallTimeout == 0, "must be positive, got 0s"},
 		{"CAPSTAN_DATA_DIR", c.DataDir == "", "must not be empty"},
 		{"CAPSTAN_SUBJECT_PREFIX", c.Prefix == "", "must not be empty"},
@@ -72,6 +74,7 @@ func (c Config) worker() worker.Config {
 		Concurrency: c.Concurrency, Pool: c.Pool, Tools: tools, MaxDeliver: c.MaxDeliver,
 		CallTimeout: c.CallTimeout, ShutdownGrace: zeroGrace(c.ShutdownGrace), SecretsBackend: c.SecretsBackend,
 		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix, SecretCacheTTL: noZero(c.SecretCacheTTL),
+		StreamReplicas: c.StreamReplicas,
 	}
 }
 
