@@ -391,6 +391,16 @@ func TestMetricsMoveWithCalls(t *testing.T) {
 	require.Equal(t, 64.0, tr.metrics(telemetry.MetricSlotsFree))
 	require.Equal(t, 0.0, tr.metrics(telemetry.MetricDLQSize))
 
+	// A rate-limited call is a denial and a rate-limit refusal.
+	tr.e.putPersonality("limited", "id: limited\nrate_limits:\n  admin_only: {requests: 1, window: 7d}\npermissions: [\"admin:write\"]\n")
+	r = tr.run(t, client.Call{CallID: "rl1", Tool: "admin_only", PersonalityID: "limited"})
+	require.True(t, r.OK, r.Error)
+	r = tr.run(t, client.Call{CallID: "rl2", Tool: "admin_only", PersonalityID: "limited"})
+	require.Equal(t, protocol.CodeNotAvailable, r.Code)
+	tr.consumerSpan(t, "rl2")
+	require.Equal(t, 1.0, tr.metrics(telemetry.MetricRateLimitRefusal))
+	require.Equal(t, 1.0, tr.metrics(telemetry.MetricDenials, telemetry.AttrGate.String("rate_limit")))
+
 	// A made-up tool name is counted as _OTHER.
 	tr.e.call(protocol.Call{CallID: "unk1", Tool: "no_such_tool"})
 	require.Equal(t, protocol.CodeNotAvailable, tr.e.result("unk1", "unk1").Code)
