@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"os"
 	"sync"
 	"sync/atomic"
 
@@ -11,8 +10,6 @@ import (
 
 // DefaultSpanQueueSize is the capacity of a DropQueue made with size 0.
 const DefaultSpanQueueSize = 2048
-
-var osGetenv = os.Getenv
 
 // DropQueue is a span processor that never blocks the code ending a span: it
 // hands ended spans to the next processor (a blocking batch processor) from

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
+
+var osGetenv = os.Getenv
 
 // ScopeName is the instrumentation scope of every span and metric Capstan makes.
 const ScopeName = "github.com/capstanhq/capstan"
