@@ -58,6 +58,10 @@ type Config struct {
 	// DefaultWait is how long ExecuteParallel waits for a call without
 	// timeout_ms (a call with one waits timeout_ms + 10s); default 70s.
 	DefaultWait time.Duration
+	// Replicas is the replica count of the streams and buckets the client
+	// creates when it starts before any worker (3 in a JetStream cluster);
+	// default 1. Existing streams keep theirs.
+	Replicas int
 }
 
 func (c Config) withDefaults() Config {
@@ -74,6 +78,9 @@ func (c Config) validate() error {
 	}
 	if err := protocol.CheckToken("Config.Prefix", c.Prefix); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("Config.Replicas must be 0 (default 1) to 5, got %d", c.Replicas))
 	}
 	if c.DefaultWait < 0 {
 		errs = append(errs, fmt.Errorf("Config.DefaultWait must not be negative, got %s", c.DefaultWait))
@@ -105,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	conn, err := bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, Creds: cfg.NATSCreds, Name: cfg.Name, Prefix: cfg.Prefix})
+	conn, err := bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, Creds: cfg.NATSCreds, Name: cfg.Name, Prefix: cfg.Prefix, Replicas: cfg.Replicas})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
@@ -197,6 +204,9 @@ func (c *Client) route(tool string) (pool string, unknown bool) {
 	}
 	return protocol.DefaultPool, false
 }
+
+// Prefix returns the subject prefix the client uses.
+func (c *Client) Prefix() string { return c.names.Prefix() }
 
 // NewID returns a random 26-character token (base32: A–Z, 2–7), valid as a
 // call_id or batch_id.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 )
 
@@ -43,6 +44,15 @@ type Config struct {
 	Tools []string
 	// MaxDeliver is how many deliveries a call gets before it is abandoned; default 5.
 	MaxDeliver int
+	// AckWait is how long a delivered call may go without an ack or a
+	// heartbeat before it is redelivered; default 30s, at least 3s. Running
+	// calls are heart-beaten every AckWait/3 and their leases live 2/3 of
+	// it. Every worker of a pool must use the same value.
+	AckWait time.Duration
+	// Replicas is the replica count of the streams and buckets this worker
+	// creates (3 in a JetStream cluster); default 1. Existing streams keep
+	// theirs.
+	Replicas int
 	// CallTimeout is the default and maximum execution time per call; default 60s.
 	CallTimeout time.Duration
 	// ShutdownGrace is the drain time before in-flight calls are cancelled and
@@ -86,6 +96,8 @@ func (c Config) withDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, 64)
 	c.Pool = cmp.Or(c.Pool, protocol.DefaultPool)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
+	c.AckWait = cmp.Or(c.AckWait, bus.DefaultAckWait)
+	c.Replicas = cmp.Or(c.Replicas, 1)
 	c.CallTimeout = cmp.Or(c.CallTimeout, 60*time.Second)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 30*time.Second)
 	c.SecretsBackend = cmp.Or(c.SecretsBackend, SecretsEnv)
@@ -124,6 +136,12 @@ func (c Config) validate() error {
 	}
 	if c.MaxDeliver < 1 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_MAX_DELIVER must be at least 1, got %d", c.MaxDeliver))
+	}
+	if c.AckWait < bus.MinAckWait {
+		errs = append(errs, fmt.Errorf("CAPSTAN_ACK_WAIT must be at least %s, got %s", bus.MinAckWait, c.AckWait))
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("CAPSTAN_REPLICAS must be 1 to 5, got %d", c.Replicas))
 	}
 	if c.CallTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_CALL_TIMEOUT must be positive, got %s", c.CallTimeout))

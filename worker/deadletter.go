@@ -128,7 +128,7 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 		de, _ := protocol.AsDecodeError(decErr)
 		call = protocol.Call{CallID: de.CallID, BatchID: de.BatchID, Tool: toolTok}
 	}
-	reason := "no acknowledgement within " + bus.AckWait.String() + " (worker lost or stalled)"
+	reason := "no acknowledgement within " + w.timing.AckWait.String() + " (worker lost or stalled)"
 	if call.CallID != "" {
 		if e, found, err := w.kv.failures.Get(ctx, call.CallID); err == nil && found {
 			reason = string(e.Value)

@@ -117,6 +117,9 @@ func (w *Worker) process(m *bus.Msg, call *protocol.Call, r *running) outcome {
 	if errors.Is(cause, errShutdown) {
 		return outcome{handback: true}
 	}
+	if errors.Is(cause, errLeaseLost) {
+		return outcome{leaseLost: true}
+	}
 	if isInfra(cause) {
 		// The reason is stored, logged and may end in a dead letter: no
 		// secret value the call resolved may be in it.

@@ -41,6 +41,7 @@ type Worker struct {
 	limiter  *ratelimit.Limiter
 	inflight inflight
 	slots    chan struct{}
+	timing   bus.Timing
 	calls    sync.WaitGroup
 	// execBase is the parent of every call's context; it is cancelled with
 	// errShutdown when the shutdown grace ends.
@@ -164,7 +165,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: w.cfg.NATSCreds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID})
+	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: w.cfg.NATSCreds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID, Replicas: w.cfg.Replicas})
 	if err != nil {
 		return err
 	}
@@ -200,10 +201,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cons, err := conn.PoolConsumer(startCtx, w.cfg.Pool, w.cfg.MaxDeliver)
+	cons, err := conn.PoolConsumer(startCtx, w.cfg.Pool, w.cfg.MaxDeliver, w.cfg.AckWait)
 	if err != nil {
 		return err
 	}
+	w.timing = cons.Timing()
 	go w.heartbeatRegistration(ctx)
 	abandonDone := make(chan struct{})
 	go func() { defer close(abandonDone); w.handleAbandoned(ctx, abandoned) }()

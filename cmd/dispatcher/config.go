@@ -22,6 +22,7 @@ type Config struct {
 	NATSCreds          string        `env:"CAPSTAN_NATS_CREDS" help:"NATS credentials file"`
 	DataDir            string        `env:"CAPSTAN_DATA_DIR" envDefault:".capstan" help:"local mode: the embedded server's JetStream store"`
 	Prefix             string        `env:"CAPSTAN_SUBJECT_PREFIX" envDefault:"capstan" help:"subject prefix"`
+	Replicas           int           `env:"CAPSTAN_REPLICAS" envDefault:"1" help:"replicas of the streams and buckets created (3 in a JetStream cluster)"`
 	DefaultPersonality string        `env:"CAPSTAN_DEFAULT_PERSONALITY" envDefault:"default" help:"local mode: personality for calls that name none"`
 	Concurrency        int           `env:"CAPSTAN_CONCURRENCY" envDefault:"64" help:"local mode: calls run at once"`
 	CallTimeout        time.Duration `env:"CAPSTAN_CALL_TIMEOUT" envDefault:"60s" help:"local mode: default and maximum execution time per call"`
@@ -66,6 +67,9 @@ func (c *Config) check() []string {
 	}
 	if !protocol.ValidToken(c.DefaultPersonality) {
 		bad("CAPSTAN_DEFAULT_PERSONALITY", "%q must match ^[A-Za-z0-9_-]{1,128}$", c.DefaultPersonality)
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		bad("CAPSTAN_REPLICAS", "must be 1 to 5, got %d", c.Replicas)
 	}
 	if c.Concurrency < 1 {
 		bad("CAPSTAN_CONCURRENCY", "must be at least 1, got %d", c.Concurrency)

@@ -55,7 +55,7 @@ func (a *app) connect(ctx context.Context, cfg Config) (*client.Client, func(), 
 }
 
 func (a *app) newClient(ctx context.Context, cfg Config, url string) (*client.Client, error) {
-	return client.New(ctx, client.Config{NATSURL: url, NATSCreds: cfg.NATSCreds, Prefix: cfg.Prefix, Name: "capstan-dispatcher"})
+	return client.New(ctx, client.Config{NATSURL: url, NATSCreds: cfg.NATSCreds, Prefix: cfg.Prefix, Name: "capstan-dispatcher", Replicas: cfg.Replicas})
 }
 
 // localMode starts an embedded JetStream server and an in-process worker pool
@@ -63,6 +63,7 @@ func (a *app) newClient(ctx context.Context, cfg Config, url string) (*client.Cl
 // stderr in one line, and connects a client. closeFn closes the client,
 // stops the pool (waiting for it to drain) and shuts the server down.
 func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func(), error) {
+	cfg.Replicas = 1 // one embedded server holds one replica
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("local mode: CAPSTAN_DATA_DIR: %w", err)

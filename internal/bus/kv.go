@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -31,6 +32,7 @@ type Entry struct {
 // KV is one of Capstan's buckets.
 type KV struct {
 	kv jetstream.KeyValue
+	js jetstream.JetStream
 }
 
 type kvCache struct {
@@ -53,7 +55,7 @@ func (c *Conn) KV(ctx context.Context, b Bucket) (*KV, error) {
 	if c.kvs.buckets == nil {
 		c.kvs.buckets = make(map[Bucket]*KV)
 	}
-	kv := &KV{kv: h}
+	kv := &KV{kv: h, js: c.js}
 	c.kvs.buckets[b] = kv
 	return kv, nil
 }
@@ -99,17 +101,61 @@ func (k *KV) Create(ctx context.Context, key string, value []byte, ttl time.Dura
 // Update sets key only if its latest revision is rev; ErrConflict otherwise.
 func (k *KV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
 	n, err := k.kv.Update(ctx, key, value, rev)
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if errors.Is(err, jetstream.ErrKeyExists) || wrongLastSeq(err) {
 		return 0, ErrConflict
 	}
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return 0, ErrConflict
-		}
 		return 0, fmt.Errorf("bus: update %s/%s: %w", k.kv.Bucket(), key, err)
 	}
 	return n, nil
+}
+
+// UpdateTTL sets key only if its latest revision is rev (ErrConflict
+// otherwise, also when the key has expired or was deleted since), giving the
+// new value its own TTL (buckets with per-key TTLs only; ttl is rounded to
+// whole seconds by the server, at least one). Unlike Update, which cannot
+// carry a TTL and so drops the key's expiry, the value keeps expiring.
+func (k *KV) UpdateTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	if ttl <= 0 {
+		return k.Update(ctx, key, value, rev)
+	}
+	m := &nats.Msg{Subject: "$KV." + k.kv.Bucket() + "." + key, Data: value}
+	ack, err := k.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
+	if wrongLastSeq(err) {
+		return 0, ErrConflict
+	}
+	if err != nil {
+		return 0, fmt.Errorf("bus: update %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+	return ack.Sequence, nil
+}
+
+// DeleteRev removes key only if its latest revision is still rev; it returns
+// ErrConflict otherwise (someone else wrote the key since, or it expired).
+func (k *KV) DeleteRev(ctx context.Context, key string, rev uint64) error {
+	err := k.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	switch {
+	case err == nil, errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil
+	case wrongLastSeq(err):
+		return ErrConflict
+	}
+	return fmt.Errorf("bus: delete %s/%s: %w", k.kv.Bucket(), key, err)
+}
+
+// wrongLastSeq reports a failed compare-and-set: the key's latest revision was
+// not the expected one (single-replica and replicated streams answer with
+// different codes).
+func wrongLastSeq(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // Delete removes key (a no-op when it has no value).

@@ -19,6 +19,10 @@ const (
 	HeaderDeliveries       = "Capstan-Deliveries"
 	HeaderOriginalSubject  = "Capstan-Original-Subject"
 	HeaderDeadAt           = "Capstan-Dead-At"
+	// HeaderRedrive marks a call re-published from the DLQ by "dispatcher
+	// dlq redrive"; its value is the dead letter's DLQ sequence. The result
+	// of such a call gets its own Nats-Msg-Id (RedriveResultMsgID).
+	HeaderRedrive = "Capstan-Redrive"
 	ResultMsgIDSuffix      = ".result"
 	MaxCallBytes           = 1 << 20
 	DefaultPrefix          = "capstan"
