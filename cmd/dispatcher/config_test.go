@@ -23,6 +23,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		CallTimeout:        60 * time.Second,
 		ShutdownGrace:      30 * time.Second,
 		MaxDeliver:         5,
+		Replicas:           1,
 		Tools:              nil,
 	}, cfg)
 }
@@ -34,6 +35,7 @@ func TestLoadConfigReadsEveryVariable(t *testing.T) {
 		"CAPSTAN_NATS_CREDS":          "/creds",
 		"CAPSTAN_DATA_DIR":            "/data",
 		"CAPSTAN_SUBJECT_PREFIX":      "acme",
+		"CAPSTAN_REPLICAS":            "3",
 		"CAPSTAN_DEFAULT_PERSONALITY": "coder",
 		"CAPSTAN_CONCURRENCY":         "8",
 		"CAPSTAN_CALL_TIMEOUT":        "1m30s",
@@ -46,7 +48,7 @@ func TestLoadConfigReadsEveryVariable(t *testing.T) {
 	}))
 	require.NoError(t, err)
 	require.Equal(t, Config{
-		NATSURL: "nats://a:4222,nats://b:4222", NATSCreds: "/creds", DataDir: "/data", Prefix: "acme",
+		NATSURL: "nats://a:4222,nats://b:4222", NATSCreds: "/creds", DataDir: "/data", Prefix: "acme", Replicas: 3,
 		DefaultPersonality: "coder", Concurrency: 8, CallTimeout: 90 * time.Second, ShutdownGrace: 0,
 		MaxDeliver: 3, PersonalitiesDir: "/p", Tools: []string{"echo", "read_file"}, LogLevel: "DEBUG", LogFormat: "json",
 	}, cfg)
@@ -61,6 +63,8 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 	}{
 		{"concurrency not an integer", map[string]string{"CAPSTAN_CONCURRENCY": "abc"}, `CAPSTAN_CONCURRENCY: "abc" is not an integer`},
 		{"concurrency zero", map[string]string{"CAPSTAN_CONCURRENCY": "0"}, `CAPSTAN_CONCURRENCY: must be at least 1, got 0`},
+		{"replicas zero", map[string]string{"CAPSTAN_REPLICAS": "0"}, `CAPSTAN_REPLICAS: must be 1 to 5, got 0`},
+		{"replicas too many", map[string]string{"CAPSTAN_REPLICAS": "7"}, `CAPSTAN_REPLICAS: must be 1 to 5, got 7`},
 		{"max deliver negative", map[string]string{"CAPSTAN_MAX_DELIVER": "-1"}, `CAPSTAN_MAX_DELIVER: must be at least 1, got -1`},
 		{"max deliver float", map[string]string{"CAPSTAN_MAX_DELIVER": "2.5"}, `CAPSTAN_MAX_DELIVER: "2.5" is not an integer`},
 		{"call timeout without unit", map[string]string{"CAPSTAN_CALL_TIMEOUT": "30"}, `CAPSTAN_CALL_TIMEOUT: "30" is not a duration (use Go format, e.g. 30s or 1m30s)`},

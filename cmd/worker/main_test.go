@@ -41,6 +41,11 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"max deliver zero", map[string]string{"CAPSTAN_MAX_DELIVER": "0"}, `CAPSTAN_MAX_DELIVER must be at least 1, got 0`},
 		{"negative grace", map[string]string{"CAPSTAN_SHUTDOWN_GRACE": "-1s"}, `CAPSTAN_SHUTDOWN_GRACE must not be negative, got -1s`},
 		{"timeout zero", map[string]string{"CAPSTAN_CALL_TIMEOUT": "0s"}, `CAPSTAN_CALL_TIMEOUT must be positive, got 0s`},
+		{"ack wait zero", map[string]string{"CAPSTAN_ACK_WAIT": "0s"}, `CAPSTAN_ACK_WAIT must be at least 3s, got 0s`},
+		{"ack wait short", map[string]string{"CAPSTAN_ACK_WAIT": "2s"}, `CAPSTAN_ACK_WAIT must be at least 3s, got 2s`},
+		{"ack wait not a duration", map[string]string{"CAPSTAN_ACK_WAIT": "30"}, `CAPSTAN_ACK_WAIT: "30" is not a duration`},
+		{"replicas zero", map[string]string{"CAPSTAN_REPLICAS": "0"}, `CAPSTAN_REPLICAS must be 1 to 5, got 0`},
+		{"replicas too many", map[string]string{"CAPSTAN_REPLICAS": "9"}, `CAPSTAN_REPLICAS must be 1 to 5, got 9`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
