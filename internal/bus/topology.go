@@ -53,7 +53,7 @@ func (t Timing) Heartbeat() time.Duration { return t.AckWait / 3 }
 // LeaseTTL is how long a call lease lives without a refresh (whole seconds,
 // at least one: the server's per-key TTL granularity).
 func (t Timing) LeaseTTL() time.Duration {
-	return max(time.Second, (2*t.AckWait/3).Truncate(time.Second))
+	return max(time.Second, (2 * t.AckWait / 3).Truncate(time.Second))
 }
 
 // RetryBackoffText describes the nak delays after an infrastructure fault,
