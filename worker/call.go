@@ -181,6 +181,7 @@ func (w *Worker) deliver(m *bus.Msg, call *protocol.Call, o outcome, l *lease) {
 			err = w.publish(m, call, &o)
 		}
 		if err == nil {
+			injectFault("after-result-publish")
 			break
 		}
 		if w.execBase.Err() != nil {
