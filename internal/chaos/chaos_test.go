@@ -177,4 +177,3 @@ func TestClusterLosesTwoNodes(t *testing.T) {
 	}
 	t.Logf("calls=%d nodes_stopped=2 lost=%d duplicated=%d", n, lost, dup)
 }
-
