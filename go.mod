@@ -3,6 +3,7 @@ module github.com/capstanhq/capstan
 go 1.26.8
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0

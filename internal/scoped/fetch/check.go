@@ -139,7 +139,21 @@ func (t checkedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	ctx := context.WithValue(req.Context(), schemeKey{}, e.Scheme())
-	return t.next.RoundTrip(req.WithContext(ctx))
+	return t.next.RoundTrip(canonical(req.WithContext(ctx), e))
+}
+
+// canonical points r (a copy the transport may keep) at the endpoint as
+// matched: the URL's scheme and host, and the Host header, become e's
+// normalised form. Otherwise the transport would convert a non-ASCII host
+// with its own IDNA profile: "allo\u00adwed.com" is matched and dialled as
+// allowed.com but would be sent as Host (and TLS server name)
+// xn--allowed-oka.com, a different, registrable name that a shared front
+// end would serve.
+func canonical(r *http.Request, e capability.Endpoint) *http.Request {
+	u := *r.URL
+	u.Scheme, u.Host = e.Scheme(), e.String()
+	r.URL, r.Host = &u, e.String()
+	return r
 }
 
 // schemeFrom returns the scheme of the request being dialled, guessing
