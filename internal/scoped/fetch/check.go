@@ -139,7 +139,30 @@ func (t checkedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	ctx := context.WithValue(req.Context(), schemeKey{}, e.Scheme())
-	return t.next.RoundTrip(canonical(req.WithContext(ctx), e))
+	resp, err := t.next.RoundTrip(canonical(req.WithContext(ctx), e))
+	if err != nil {
+		return nil, err
+	}
+	// The client would fail on a Location it cannot parse with an error
+	// quoting it whole (query included); refuse the hop without echoing it.
+	if loc := resp.Header.Get("Location"); loc != "" && followed(resp.StatusCode) {
+		if _, err := req.URL.Parse(loc); err != nil {
+			resp.Body.Close()
+			return nil, deny("invalid URL: the redirect location cannot be parsed")
+		}
+	}
+	return resp, nil
+}
+
+// followed reports whether http.Client follows a response with this status
+// and a Location.
+func followed(status int) bool {
+	switch status {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
 }
 
 // canonical points r (a copy the transport may keep) at the endpoint as

@@ -60,6 +60,75 @@ func TestDNSRebindingWithinRedirectChain(t *testing.T) {
 	require.Equal(t, int64(2), e.lookups.Load(), "each connection resolves again")
 }
 
+// TestDNSRebindingToLoopback: the resolver answers a public address first
+// and loopback after that, while the URL's port is an internal loopback
+// service. The first fetch reaches the "public" server; every later
+// connection is refused, and the internal service is never reached.
+func TestDNSRebindingToLoopback(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	secret, hits := secretServer(t)
+	t.Cleanup(func() { require.Zero(t, hits.Load(), "the internal service was never reached") }) // after every subtest
+	tests := []struct {
+		name   string
+		answer func(n int64) []string // the n-th lookup's answer, from 1
+	}{
+		{name: "public then loopback", answer: func(n int64) []string {
+			if n == 1 {
+				return []string{"8.8.8.8"}
+			}
+			return []string{"127.0.0.1"}
+		}},
+		{name: "public then IPv6 loopback", answer: func(n int64) []string {
+			if n == 1 {
+				return []string{"8.8.8.8"}
+			}
+			return []string{"::1"}
+		}},
+		{name: "public then mapped loopback", answer: func(n int64) []string {
+			if n == 1 {
+				return []string{"8.8.8.8"}
+			}
+			return []string{"::ffff:127.0.0.1"}
+		}},
+		{name: "public then public and loopback", answer: func(n int64) []string {
+			if n == 1 {
+				return []string{"8.8.8.8"}
+			}
+			return []string{"8.8.8.8", "127.0.0.1"}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var n atomic.Int64
+			e := newEnv(t, envOpts{
+				declared: []string{"rebind.test:*"},
+				policy:   capability.NetworkPolicy{Allow: []string{"*:*"}},
+				cfg: Config{LookupIP: func(context.Context, string) ([]netip.Addr, error) {
+					var out []netip.Addr
+					for _, s := range tt.answer(n.Add(1)) {
+						out = append(out, netip.MustParseAddr(s))
+					}
+					return out, nil
+				}},
+				dialTo: srv.Listener.Addr().String(),
+			})
+			url := "http://rebind.test:" + secret + "/echo"
+			resp, err := e.fetch(t, tool.Request{URL: url})
+			require.NoError(t, err)
+			require.Equal(t, 201, resp.StatusCode, "the public answer reaches the public server")
+			for i := range 5 {
+				_, err = e.fetch(t, tool.Request{URL: url})
+				requireDenied(t, e, err, "rebind.test:"+secret+" resolves to a private or reserved address", i+1)
+			}
+			_, err = e.fetch(t, tool.Request{URL: to("http://rebind.test:"+secret, "/echo")})
+			requireDenied(t, e, err, "rebind.test:"+secret+" resolves to a private or reserved address", 6)
+			require.Equal(t, []string{"8.8.8.8:" + secret}, e.dialledAddrs(), "only the public address was ever dialled")
+		})
+	}
+}
+
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
