@@ -31,6 +31,7 @@ type Entry struct {
 // KV is one of Capstan's buckets.
 type KV struct {
 	kv jetstream.KeyValue
+	js jetstream.JetStream // for UpdateTTL, which KeyValue cannot express
 }
 
 type kvCache struct {
@@ -53,7 +54,7 @@ func (c *Conn) KV(ctx context.Context, b Bucket) (*KV, error) {
 	if c.kvs.buckets == nil {
 		c.kvs.buckets = make(map[Bucket]*KV)
 	}
-	kv := &KV{kv: h}
+	kv := &KV{kv: h, js: c.js}
 	c.kvs.buckets[b] = kv
 	return kv, nil
 }

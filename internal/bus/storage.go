@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -107,4 +108,31 @@ func (k *KV) Purge(ctx context.Context, key string, rev uint64, markerTTL time.D
 		return ErrConflict
 	}
 	return fmt.Errorf("bus: purge %s/%s: %w", k.kv.Bucket(), key, err)
+}
+
+// UpdateTTL sets key to value only if rev is still its latest revision
+// (ErrConflict otherwise), like Update, and gives the new revision its own
+// TTL (ttl > 0, at least a second; buckets with per-key TTLs only) or none
+// (ttl == 0). Update cannot do this: jetstream.KeyValue.Update publishes
+// without a TTL, so a key updated with it never expires on the server.
+// UpdateTTL publishes the revision itself, with the TTL header and the
+// expected last sequence of the key's subject.
+func (k *KV) UpdateTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	if !validTokens(key) {
+		return 0, fmt.Errorf("bus: update %s/%s: invalid key", k.kv.Bucket(), key)
+	}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(rev)}
+	if ttl > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(ttl))
+	}
+	ack, err := k.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + k.kv.Bucket() + "." + key, Data: value}, opts...)
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return 0, ErrConflict
+		}
+		return 0, fmt.Errorf("bus: update %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+	return ack.Sequence, nil
 }
