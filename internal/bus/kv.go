@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -32,7 +31,7 @@ type Entry struct {
 // KV is one of Capstan's buckets.
 type KV struct {
 	kv jetstream.KeyValue
-	js jetstream.JetStream
+	js jetstream.JetStream // for UpdateTTL, which KeyValue cannot express
 }
 
 type kvCache struct {
@@ -108,26 +107,6 @@ func (k *KV) Update(ctx context.Context, key string, value []byte, rev uint64) (
 		return 0, fmt.Errorf("bus: update %s/%s: %w", k.kv.Bucket(), key, err)
 	}
 	return n, nil
-}
-
-// UpdateTTL sets key only if its latest revision is rev (ErrConflict
-// otherwise, also when the key has expired or was deleted since), giving the
-// new value its own TTL (buckets with per-key TTLs only; ttl is rounded to
-// whole seconds by the server, at least one). Unlike Update, which cannot
-// carry a TTL and so drops the key's expiry, the value keeps expiring.
-func (k *KV) UpdateTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
-	if ttl <= 0 {
-		return k.Update(ctx, key, value, rev)
-	}
-	m := &nats.Msg{Subject: "$KV." + k.kv.Bucket() + "." + key, Data: value}
-	ack, err := k.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
-	if wrongLastSeq(err) {
-		return 0, ErrConflict
-	}
-	if err != nil {
-		return 0, fmt.Errorf("bus: update %s/%s: %w", k.kv.Bucket(), key, err)
-	}
-	return ack.Sequence, nil
 }
 
 // DeleteRev removes key only if its latest revision is still rev; it returns
