@@ -10,8 +10,11 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/tools/echo"
+	"github.com/capstanhq/capstan/internal/tools/memory"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -140,4 +143,24 @@ func TestAckWaitMustMatchThePool(t *testing.T) {
 	require.NoError(t, err)
 	err = w.Run(ctxT(t))
 	require.ErrorContains(t, err, "ack wait is 3s, want 4s (CAPSTAN_ACK_WAIT must be the same on every worker of a pool)")
+}
+
+func TestKVUnavailableHandsTheCallBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(worker.Config{MaxDeliver: 2}, memory.Tools()...)
+	// The storage bucket disappears under a running worker.
+	nc, err := nats.Connect(e.url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteStream(ctxT(t), "KV_capstan_storage"))
+	e.call(protocol.Call{CallID: "kv1", Tool: "kv_set", Args: json.RawMessage(`{"key":"k","value":"v"}`)})
+	r := e.result("kv1", "kv1")
+	require.False(t, r.OK)
+	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
+	require.Regexp(t, `^call abandoned after 2 deliveries: kv set: capability backend unavailable: `, r.Error,
+		"a storage fault is retried and dead-lettered, never answered as the tool's failure")
+	require.Equal(t, 2, r.Deliveries)
 }

@@ -102,7 +102,7 @@ func (a *Accessor) Get(ctx context.Context, key string) (value []byte, found boo
 	bk := encodeKey(a.scope, key)
 	e, found, err := a.kv.Get(ctx, bk)
 	if err != nil {
-		return nil, false, fmt.Errorf("kv get: %w", err)
+		return nil, false, unavailable("kv get", err)
 	}
 	if !found {
 		return nil, false, nil
@@ -141,9 +141,22 @@ func (a *Accessor) Set(ctx context.Context, key string, value []byte, ttl time.D
 	}
 	bk := encodeKey(a.scope, key)
 	if err := a.write(ctx, bk, data, serverTTL(ttl)); err != nil {
-		return fmt.Errorf("kv set: %w", err)
+		return unavailable("kv set", err)
 	}
 	return nil
+}
+
+// errContended ends a write that lost maxWriteAttempts races in a row.
+var errContended = errors.New("the key is being written concurrently")
+
+// unavailable wraps an error of the storage bucket: a bus fault is
+// tool.ErrUnavailable (the worker hands the call back for redelivery); the
+// call's own cancellation and a contended key are not.
+func unavailable(op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errContended) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return fmt.Errorf("%s: %w: %w", op, tool.ErrUnavailable, err)
 }
 
 // maxWriteAttempts bounds the compare-and-set loop of write: each failed
@@ -175,7 +188,7 @@ func (a *Accessor) write(ctx context.Context, bk string, data []byte, ttl time.D
 			return context.Cause(ctx)
 		}
 	}
-	return fmt.Errorf("gave up after %d attempts: the key is being written concurrently", maxWriteAttempts)
+	return fmt.Errorf("gave up after %d attempts: %w", maxWriteAttempts, errContended)
 }
 
 // Delete removes key. Deleting a key that has no value is not an error. An
@@ -185,7 +198,7 @@ func (a *Accessor) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	if err := a.kv.Purge(ctx, encodeKey(a.scope, key), 0, bus.StorageMarkerTTL); err != nil {
-		return fmt.Errorf("kv delete: %w", err)
+		return unavailable("kv delete", err)
 	}
 	return nil
 }
@@ -200,7 +213,7 @@ func (a *Accessor) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	entries, err := a.kv.EntriesWithPrefix(ctx, a.scope)
 	if err != nil {
-		return nil, fmt.Errorf("kv list: %w", err)
+		return nil, unavailable("kv list", err)
 	}
 	now := a.now()
 	keys := []string{}
