@@ -217,6 +217,9 @@ func (c *Client) route(tool string) (pool string, unknown bool) {
 	return protocol.DefaultPool, false
 }
 
+// Prefix returns the subject prefix the client uses.
+func (c *Client) Prefix() string { return c.names.Prefix() }
+
 // NewID returns a random 26-character token (base32: A–Z, 2–7), valid as a
 // call_id or batch_id.
 func NewID() string { return rand.Text() }

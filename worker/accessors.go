@@ -86,7 +86,9 @@ func (c Config) floorPaths() []string {
 
 // isInfra reports whether a tool's error is an infrastructure fault that
 // must lead to redelivery rather than an answer.
-func isInfra(err error) bool { return errors.Is(err, secrets.ErrUnavailable) }
+func isInfra(err error) bool {
+	return errors.Is(err, secrets.ErrUnavailable) || errors.Is(err, tool.ErrUnavailable)
+}
 
 // backends builds what the accessors share, once per worker: the secrets
 // backend (nil for none and vault, which fail closed), the binary resolver on

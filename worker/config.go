@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -46,6 +47,11 @@ type Config struct {
 	Tools []string
 	// MaxDeliver is how many deliveries a call gets before it is abandoned; default 5.
 	MaxDeliver int
+	// AckWait is how long a delivered call may go without an ack or a
+	// heartbeat before it is redelivered; default 30s, at least 3s. Running
+	// calls are heart-beaten every AckWait/3 and their leases live 2/3 of
+	// it. Every worker of a pool must use the same value.
+	AckWait time.Duration
 	// CallTimeout is the default and maximum execution time per call; default 60s.
 	CallTimeout time.Duration
 	// ShutdownGrace is the drain time before in-flight calls are cancelled and
@@ -101,6 +107,7 @@ func (c Config) withDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, 64)
 	c.Pool = cmp.Or(c.Pool, protocol.DefaultPool)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
+	c.AckWait = cmp.Or(c.AckWait, bus.DefaultAckWait)
 	c.CallTimeout = cmp.Or(c.CallTimeout, 60*time.Second)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 30*time.Second)
 	c.SecretsBackend = cmp.Or(c.SecretsBackend, SecretsEnv)
@@ -149,6 +156,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxDeliver < 1 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_MAX_DELIVER must be at least 1, got %d", c.MaxDeliver))
+	}
+	if c.AckWait < bus.MinAckWait {
+		errs = append(errs, fmt.Errorf("CAPSTAN_ACK_WAIT must be at least %s, got %s", bus.MinAckWait, c.AckWait))
 	}
 	if c.CallTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_CALL_TIMEOUT must be positive, got %s", c.CallTimeout))

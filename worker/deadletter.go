@@ -131,7 +131,7 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 		de, _ := protocol.AsDecodeError(decErr)
 		call = protocol.Call{CallID: de.CallID, BatchID: de.BatchID, Tool: toolTok}
 	}
-	reason := "no acknowledgement within " + bus.AckWait.String() + " (worker lost or stalled)"
+	reason := "no acknowledgement within " + w.timing.AckWait.String() + " (worker lost or stalled)"
 	if call.CallID != "" {
 		if e, found, err := w.kv.failures.Get(ctx, call.CallID); err == nil && found {
 			reason = string(e.Value)
@@ -158,7 +158,7 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 		if err := w.publishResult(telemetry.Extract(context.Background(), m.Header), call.CallID, o.result, m.Header); err != nil {
 			return err
 		}
-		w.answered(ctx, &call, o)
+		w.recordAnswer(ctx, &call, o)
 		w.recordCompletion(call.CallID)
 		w.audit(&call, o, int(a.Deliveries))
 	}

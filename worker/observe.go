@@ -154,9 +154,9 @@ func setOutcome(ctx context.Context, outcome string) {
 	}
 }
 
-// answered records a published result: the span's outcome and decision, the
+// recordAnswer records a published result: the span's outcome and decision, the
 // calls counter and, for a delivery handled here, the duration histogram.
-func (w *Worker) answered(ctx context.Context, call *protocol.Call, o outcome) {
+func (w *Worker) recordAnswer(ctx context.Context, call *protocol.Call, o outcome) {
 	outcome := "ok"
 	if !o.result.OK {
 		outcome = string(o.result.Code)

@@ -186,6 +186,9 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *running, a adm
 	if errors.Is(cause, errShutdown) {
 		return outcome{handback: true}
 	}
+	if errors.Is(cause, errLeaseLost) {
+		return outcome{leaseLost: true}
+	}
 	if isInfra(cause) {
 		// The reason is stored, logged and may end in a dead letter: no
 		// secret value the call resolved may be in it.

@@ -44,6 +44,7 @@ type Worker struct {
 	limiter  *ratelimit.Limiter
 	inflight inflight
 	slots    chan struct{}
+	timing   bus.Timing
 	calls    sync.WaitGroup
 	// execBase is the parent of every call's context; it is cancelled with
 	// errShutdown when the shutdown grace ends.
@@ -207,10 +208,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cons, err := conn.PoolConsumer(startCtx, w.cfg.Pool, w.cfg.MaxDeliver)
+	cons, err := conn.PoolConsumer(startCtx, w.cfg.Pool, w.cfg.MaxDeliver, w.cfg.AckWait)
 	if err != nil {
 		return err
 	}
+	w.timing = cons.Timing()
 	unobserve, err := w.observeGauges(cons)
 	if err != nil {
 		return err

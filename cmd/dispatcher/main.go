@@ -102,6 +102,8 @@ func commands() []command {
 		{"cancel", "<call_id> [--reason r]", "cancel a call", (*app).cmdCancel},
 		{"progress", "[--audience internal|user|dashboard] [--batch b] [--from-start]",
 			"print progress events as JSON lines until interrupted", (*app).cmdProgress},
+		{"dlq", "list | show <call_id> | redrive <call_id> [--json]",
+			"inspect dead letters; redrive re-publishes a call so every gate runs again", (*app).cmdDLQ},
 		{"help", "", "print this help", nil},
 	}
 }

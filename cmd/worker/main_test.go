@@ -46,6 +46,9 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"log format", map[string]string{"CAPSTAN_LOG_FORMAT": "xml"}, `CAPSTAN_LOG_FORMAT: "xml" must be text or json`},
 		{"otel exporter", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, `OTEL_TRACES_EXPORTER "zipkin" must be otlp or none`},
 		{"otel protocol", map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, `OTEL_EXPORTER_OTLP_PROTOCOL "http/json" must be http/protobuf or grpc`},
+		{"ack wait zero", map[string]string{"CAPSTAN_ACK_WAIT": "0s"}, `CAPSTAN_ACK_WAIT must be at least 3s, got 0s`},
+		{"ack wait short", map[string]string{"CAPSTAN_ACK_WAIT": "2s"}, `CAPSTAN_ACK_WAIT must be at least 3s, got 2s`},
+		{"ack wait not a duration", map[string]string{"CAPSTAN_ACK_WAIT": "30"}, `CAPSTAN_ACK_WAIT: "30" is not a duration`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
