@@ -26,6 +26,9 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/telemetry"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Call is a tool call (protocol.md, "Call message").
@@ -58,12 +61,24 @@ type Config struct {
 	// DefaultWait is how long ExecuteParallel waits for a call without
 	// timeout_ms (a call with one waits timeout_ms + 10s); default 70s.
 	DefaultWait time.Duration
+	// StreamReplicas is the replica count of the streams and buckets the
+	// client creates when no worker has yet; default 1. Existing ones are
+	// left as they are.
+	StreamReplicas int
+	// TracerProvider makes the producer span of every published call, whose
+	// W3C trace context travels in the call's traceparent and tracestate
+	// headers (never baggage); default otel.GetTracerProvider(), a no-op
+	// unless the program set one.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, protocol.DefaultPrefix)
 	c.Name = cmp.Or(c.Name, "capstan-client")
 	c.DefaultWait = cmp.Or(c.DefaultWait, DefaultWait)
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
 	return c
 }
 
@@ -75,6 +90,9 @@ func (c Config) validate() error {
 	if err := protocol.CheckToken("Config.Prefix", c.Prefix); err != nil {
 		errs = append(errs, err)
 	}
+	if c.StreamReplicas < 0 || c.StreamReplicas > 5 {
+		errs = append(errs, fmt.Errorf("Config.StreamReplicas must be 1 to 5, got %d", c.StreamReplicas))
+	}
 	if c.DefaultWait < 0 {
 		errs = append(errs, fmt.Errorf("Config.DefaultWait must not be negative, got %s", c.DefaultWait))
 	}
@@ -84,9 +102,10 @@ func (c Config) validate() error {
 // Client publishes calls and reads results. It is safe for concurrent use.
 // Create it with New and release it with Close.
 type Client struct {
-	cfg   Config
-	conn  *bus.Conn
-	names protocol.Names
+	cfg    Config
+	conn   *bus.Conn
+	names  protocol.Names
+	tracer trace.Tracer
 
 	catMu   sync.RWMutex
 	catalog map[string]CatalogEntry // by tool name, kept current by a KV watch
@@ -105,11 +124,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	conn, err := bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, Creds: cfg.NATSCreds, Name: cfg.Name, Prefix: cfg.Prefix})
+	conn, err := bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, Creds: cfg.NATSCreds, Name: cfg.Name, Prefix: cfg.Prefix, Replicas: cfg.StreamReplicas})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	c := &Client{cfg: cfg, conn: conn, names: conn.Names(), catalog: make(map[string]CatalogEntry)}
+	c := &Client{cfg: cfg, conn: conn, names: conn.Names(), tracer: telemetry.Tracer(cfg.TracerProvider), catalog: make(map[string]CatalogEntry)}
 	if err := c.watchCatalog(ctx); err != nil {
 		conn.Close()
 		return nil, err
@@ -197,6 +216,9 @@ func (c *Client) route(tool string) (pool string, unknown bool) {
 	}
 	return protocol.DefaultPool, false
 }
+
+// Prefix returns the subject prefix the client uses.
+func (c *Client) Prefix() string { return c.names.Prefix() }
 
 // NewID returns a random 26-character token (base32: A–Z, 2–7), valid as a
 // call_id or batch_id.

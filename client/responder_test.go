@@ -41,7 +41,7 @@ func startResponder(t testing.TB, url, prefix, pool string) *responder {
 		count:    make(map[string]int),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	pc, err := r.conn.PoolConsumer(ctx, pool, 5)
+	pc, err := r.conn.PoolConsumer(ctx, pool, 5, bus.DefaultAckWait)
 	require.NoError(t, err)
 	done := make(chan struct{})
 	go func() {

@@ -7,6 +7,10 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/telemetry"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RefusedError reports a call the client refused before publishing it: an
@@ -25,8 +29,9 @@ func (e *RefusedError) Error() string {
 
 // outgoing is a checked call ready to publish.
 type outgoing struct {
-	subject string
-	data    []byte
+	subject     string
+	data        []byte
+	tool, batch string
 }
 
 // Submit publishes one call and returns once JetStream has stored it; it does
@@ -74,7 +79,7 @@ func (c *Client) prepare(call *Call) (outgoing, error) {
 	if err != nil {
 		return outgoing{}, fmt.Errorf("client: tool catalog routes %s to an invalid pool: %w", call.Tool, err)
 	}
-	return outgoing{subject: subject, data: data}, nil
+	return outgoing{subject: subject, data: data, tool: call.Tool, batch: call.EffectiveBatchID()}, nil
 }
 
 func refuse(call *Call, code protocol.Code, msg string) *RefusedError {
@@ -83,12 +88,35 @@ func refuse(call *Call, code protocol.Code, msg string) *RefusedError {
 
 // publish stores the call; duplicate reports that its call_id was already
 // submitted within the de-duplication window (the first call stands).
+//
+// Each publication is a producer span ("send <subject>", OTel messaging and
+// GenAI attributes, never the arguments) whose context is injected into the
+// call's traceparent and tracestate headers: the worker's consumer span
+// links to it.
 func (c *Client) publish(ctx context.Context, callID string, out outgoing) (duplicate bool, err error) {
+	ctx, span := c.tracer.Start(ctx, "send "+out.subject, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		semconv.MessagingSystemKey.String("nats"),
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingOperationName("send"),
+		semconv.MessagingDestinationName(out.subject),
+		semconv.MessagingMessageID(callID),
+		semconv.MessagingMessageBodySize(len(out.data)),
+		telemetry.GenAIToolName.String(out.tool),
+		telemetry.GenAIToolCallID.String(callID),
+		telemetry.AttrBatchID.String(out.batch),
+	))
+	defer span.End()
 	hdr := bus.Header{}
 	hdr.Set(protocol.HeaderProtocol, protocol.Version)
+	telemetry.Inject(ctx, hdr)
 	duplicate, err = c.conn.Publish(ctx, out.subject, out.data, hdr, callID)
 	if err != nil {
+		span.SetStatus(codes.Error, "publish failed")
+		span.SetAttributes(semconv.ErrorTypeOther)
 		return false, fmt.Errorf("client: submit %s: %w", callID, err)
+	}
+	if duplicate {
+		span.SetAttributes(telemetry.AttrDuplicate.Bool(true))
 	}
 	return duplicate, nil
 }

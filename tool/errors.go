@@ -16,6 +16,14 @@ var (
 	ErrKVKeyInvalid      = errors.New("KV_KEY_INVALID")
 )
 
+// ErrUnavailable reports that a capability's backend (the bus that carries
+// progress events, the KV store, the secrets backend) cannot answer now: an
+// infrastructure fault, not a verdict on the call. A tool that gets such an
+// error from an accessor or from Emit should return it (wrapped is fine):
+// the worker then hands the call back for redelivery with backoff instead of
+// answering it, and after MaxDeliver deliveries dead-letters it.
+var ErrUnavailable = errors.New("capability backend unavailable")
+
 // DenialError is a capability denial: a stable code (one of the sentinels) and
 // a detail. Its message is "<CODE>: <detail>".
 type DenialError struct {

@@ -25,6 +25,8 @@ import (
 type denials struct {
 	mu    sync.Mutex
 	codes []string
+	// onAdd, when set, is told every code as it is added (tracing, metrics).
+	onAdd func(code string)
 }
 
 func (d *denials) add(err error) {
@@ -33,8 +35,11 @@ func (d *denials) add(err error) {
 		return
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.codes = append(d.codes, code)
+	d.mu.Unlock()
+	if d.onAdd != nil {
+		d.onAdd(code)
+	}
 }
 
 func (d *denials) list() []string {
@@ -46,7 +51,7 @@ func (d *denials) list() []string {
 // attach gives the tool exactly the accessors its resolved grant allows.
 func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
 	if g.Network != nil {
-		tc.Fetch = fetch.New(g.Network, fetch.Config{}, rec.add)
+		tc.Fetch = fetch.New(g.Network, fetch.Config{WrapTransport: w.httpTransport}, rec.add)
 	}
 	// A reach that resolved to nothing is no accessor at all, so file tools
 	// answer "Filesystem capability not configured" (tools.md).
@@ -82,7 +87,9 @@ func (c Config) floorPaths() []string {
 
 // isInfra reports whether a tool's error is an infrastructure fault that
 // must lead to redelivery rather than an answer.
-func isInfra(err error) bool { return errors.Is(err, secrets.ErrUnavailable) }
+func isInfra(err error) bool {
+	return errors.Is(err, secrets.ErrUnavailable) || errors.Is(err, tool.ErrUnavailable)
+}
 
 // backends builds what the accessors share, once per worker: the secrets
 // backend (nil for none and vault, which fail closed), the binary resolver on

@@ -10,6 +10,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/telemetry"
 )
 
 // opTimeout bounds each bus operation a call handler makes (publish, KV, ack).
@@ -24,6 +25,8 @@ type outcome struct {
 	handback bool
 	// infra: an infrastructure fault; the call is redelivered with backoff.
 	infra error
+	// leaseLost: another worker took the call over; nothing is published.
+	leaseLost bool
 }
 
 func refuse(call *protocol.Call, decision string, code protocol.Code, msg string) outcome {
@@ -38,17 +41,27 @@ func opCtx() (context.Context, context.CancelFunc) {
 func (w *Worker) handle(m *bus.Msg) {
 	defer w.calls.Done()
 	defer func() { <-w.slots }()
+	cctx, cs := w.startCall(m)
+	defer cs.end()
+	var call protocol.Call
 	defer func() {
 		if p := recover(); p != nil {
-			w.log.Error("call handler panicked; call handed back", "subject", m.Subject, "panic", fmt.Sprint(p))
-			_ = m.Nak(time.Second)
+			cs.outcome = "panic"
+			// Not the tool (a tool's panic is its execution_failed
+			// answer) but the worker's own handling: an infrastructure
+			// fault, retried with backoff and dead-lettered after
+			// MaxDeliver, so a poison call cannot take the worker down.
+			reason := fmt.Sprintf("worker panicked while handling the call: %v", p)
+			w.recordFailure(call.CallID, reason)
+			w.log.ErrorContext(cctx, "call handler panicked; call handed back", "subject", m.Subject, "call_id", call.CallID, "panic", fmt.Sprint(p))
+			_ = m.Nak(retryDelay(m.Deliveries))
 		}
 	}()
 
 	_, subjectTool, subjErr := w.names.ParseCallSubject(m.Subject)
 	call, err := protocol.DecodeCall(m.Data)
 	if subjErr != nil {
-		w.rejectMalformed(m, "", nil, subjErr)
+		w.rejectMalformed(cctx, m, "", nil, subjErr)
 		return
 	}
 	if err == nil && call.Tool != subjectTool {
@@ -57,26 +70,27 @@ func (w *Worker) handle(m *bus.Msg) {
 	}
 	if err != nil {
 		de, _ := protocol.AsDecodeError(err)
-		w.rejectMalformed(m, subjectTool, de, err)
+		w.rejectMalformed(cctx, m, subjectTool, de, err)
 		return
 	}
+	cs.decoded(&call)
 	if v := m.Header.Get(protocol.HeaderProtocol); v != "" && v != protocol.Version {
 		// A newer client: answer rather than guess at its fields.
-		w.finish(m, &call, refuse(&call, protocol.DecisionDecode, protocol.CodeInputInvalid,
+		w.finish(cctx, m, &call, refuse(&call, protocol.DecisionDecode, protocol.CodeInputInvalid,
 			fmt.Sprintf("invalid call: header Capstan-Protocol %q is not supported (this worker speaks %s)", v, protocol.Version)))
 		return
 	}
 
-	ctx, cancel := opCtx()
-	_, done, err := w.kv.completions.Get(ctx, call.CallID)
-	cancel()
+	answered, err := w.answered(&call, m.Deliveries)
 	if err != nil {
-		w.retryLater(m, &call, fmt.Errorf("read completion record: %w", err))
+		w.retryLater(m, &call, err)
+		cs.outcome = "retry"
 		return
 	}
-	if done {
+	if answered {
 		// A redelivered call whose result was already published.
 		w.ack(m, call.CallID)
+		cs.outcome = "duplicate"
 		return
 	}
 
@@ -89,62 +103,158 @@ func (w *Worker) handle(m *bus.Msg) {
 		}
 		// Else a redelivery of the very message being run: the running
 		// handler acks it.
+		cs.outcome = "in_progress"
 		return
 	}
 	defer w.inflight.remove(call.CallID)
-	ctx, cancel = opCtx()
-	_, err = w.kv.leases.Create(ctx, call.CallID, []byte(w.cfg.WorkerID), 0)
-	cancel()
+	l, err := w.takeLease(call.CallID)
 	if errors.Is(err, bus.ErrKeyExists) {
 		// Another worker holds the lease: let it finish; look again later.
 		w.recordFailure(call.CallID, "call lease held by another worker")
-		_ = m.Nak(bus.HeartbeatEvery)
+		_ = m.Nak(w.timing.Heartbeat())
+		cs.outcome = "in_progress"
 		return
 	}
 	if err != nil {
 		w.retryLater(m, &call, fmt.Errorf("take call lease: %w", err))
+		cs.outcome = "retry"
 		return
 	}
-	defer w.releaseLease(call.CallID)
-	stopBeat := w.heartbeat(m, call.CallID)
-	o := w.process(m, &call, r)
-	stopBeat()
+	defer l.release()
+	stopBeat := w.heartbeat(m, l, r)
+	defer stopBeat()
+	o := w.process(cctx, &call, r)
 	switch {
 	case o.handback:
 		_ = m.Nak(0)
+		cs.outcome = "handback"
+	case o.leaseLost || l.isLost():
+		w.log.WarnContext(cctx, "call abandoned by this worker: its lease was lost to another worker, which answers it", "call_id", call.CallID, "tool", call.Tool)
+		cs.outcome = "lease_lost"
 	case o.infra != nil:
 		w.retryLater(m, &call, o.infra)
+		cs.outcome = "retry"
 	default:
-		w.finish(m, &call, o)
+		w.deliver(cctx, m, &call, o, l)
 	}
 }
 
-// finish publishes the result, records completion, acks and audits.
-func (w *Worker) finish(m *bus.Msg, call *protocol.Call, o outcome) {
-	o.result.WorkerID = w.cfg.WorkerID
-	o.result.Deliveries = int(m.Deliveries)
-	if err := w.publishResult(call.CallID, o.result, m.Header); err != nil {
+// answered reports whether a call already has its result: its completion
+// record exists or, on a redelivery, its result is in the results stream (a
+// worker that published the result and died before recording completion).
+func (w *Worker) answered(call *protocol.Call, deliveries uint64) (bool, error) {
+	ctx, cancel := opCtx()
+	defer cancel()
+	_, done, err := w.kv.completions.Get(ctx, call.CallID)
+	if err != nil {
+		return false, fmt.Errorf("read completion record: %w", err)
+	}
+	if done || deliveries <= 1 {
+		return done, nil
+	}
+	subject, err := w.names.ResultSubject(resultBatch(call.EffectiveBatchID(), call.CallID), call.CallID)
+	if err != nil {
+		return false, err
+	}
+	_, err = w.conn.LastMsg(ctx, w.names.ResultsStream(), subject)
+	switch {
+	case errors.Is(err, bus.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("look up result: %w", err)
+	}
+	w.recordCompletion(call.CallID)
+	return true, nil
+}
+
+// resultBatch is the batch token of a result subject: the call's batch id, or
+// its call id when the batch id is not a valid token (protocol.md).
+func resultBatch(batch, callID string) string {
+	if protocol.ValidToken(batch) {
+		return batch
+	}
+	return callID
+}
+
+// deliver publishes a computed result while this worker holds the call's
+// lease, retrying the publish (never the execution) while the bus is
+// unavailable, then records completion, acks and audits. The call's
+// heartbeat keeps running meanwhile. If the lease is lost, the result is
+// dropped: the lease holder answers the call. If the worker is forced to
+// stop before the result is out, the call is handed back.
+func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome, l *lease) {
+	delay := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		held, err := l.confirm()
+		if !held {
+			w.log.WarnContext(ctx, "result dropped: the call's lease was lost to another worker, which answers it", "call_id", call.CallID, "tool", call.Tool)
+			setOutcome(ctx, "lease_lost")
+			return
+		}
+		if err == nil {
+			err = w.publish(ctx, m, call, &o)
+		}
+		if err == nil {
+			injectFault("after-result-publish")
+			break
+		}
+		if w.execBase.Err() != nil {
+			w.log.WarnContext(ctx, "result not published before shutdown; call handed back", "call_id", call.CallID, "error", err)
+			_ = m.Nak(0)
+			setOutcome(ctx, "handback")
+			return
+		}
+		w.log.WarnContext(ctx, "cannot publish result; retrying", "call_id", call.CallID, "attempt", attempt, "retry_in", delay.String(), "error", err)
+		sleepOrDone(w.execBase, l, delay)
+		delay = min(delay*2, 5*time.Second)
+	}
+	w.completed(ctx, m, call, o)
+}
+
+// finish answers a call that was never run (refused before execution, or
+// malformed): publish the result, record completion, ack and audit. A
+// publish failure hands the call back with backoff. ctx carries the call's
+// consumer span.
+func (w *Worker) finish(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome) {
+	if err := w.publish(ctx, m, call, &o); err != nil {
 		w.retryLater(m, call, err)
+		setOutcome(ctx, "retry")
 		return
 	}
+	w.completed(ctx, m, call, o)
+}
+
+// publish stamps the result with this worker and the delivery count and
+// publishes it.
+func (w *Worker) publish(ctx context.Context, m *bus.Msg, call *protocol.Call, o *outcome) error {
+	o.result.WorkerID = w.cfg.WorkerID
+	o.result.Deliveries = int(m.Deliveries)
+	return w.publishResult(ctx, call.CallID, o.result, m.Header)
+}
+
+// completed records completion of a call whose result is out, acks it,
+// writes its audit record, records it in the metrics and its span, and logs
+// its outcome (with the trace id of ctx's span).
+func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome) {
 	w.recordCompletion(call.CallID)
 	w.ack(m, call.CallID)
 	w.audit(call, o, int(m.Deliveries))
+	w.recordAnswer(ctx, call, o)
 	lvl := slog.LevelInfo
 	if !o.result.OK {
 		lvl = slog.LevelWarn
 	}
-	w.log.Log(context.Background(), lvl, "call finished", "call_id", call.CallID, "tool", call.Tool,
+	w.log.Log(ctx, lvl, "call finished", "call_id", call.CallID, "tool", call.Tool,
 		"ok", o.result.OK, "code", string(o.result.Code), "decision", o.decision,
 		"duration_ms", o.result.DurationMS, "deliveries", m.Deliveries)
 }
 
-func (w *Worker) publishResult(callID string, res protocol.Result, callHeader bus.Header) error {
-	batch := res.BatchID
-	if !protocol.ValidToken(batch) {
-		batch = callID
-		res.BatchID = callID
-	}
+// publishResult publishes a call's result in a producer span ("send
+// <p>.result.{batch_id}.{call_id}", a child of ctx's span) whose context the
+// result's traceparent carries.
+func (w *Worker) publishResult(ctx context.Context, callID string, res protocol.Result, callHeader bus.Header) (err error) {
+	batch := resultBatch(res.BatchID, callID)
+	res.BatchID = batch
 	subject, err := w.names.ResultSubject(batch, callID)
 	if err != nil {
 		return err
@@ -153,23 +263,31 @@ func (w *Worker) publishResult(callID string, res protocol.Result, callHeader bu
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}
-	ctx, cancel := opCtx()
+	sctx, span := w.startPublish(ctx, subject, callID, len(data))
+	defer func() { endPublish(span, err) }()
+	ctx, cancel := context.WithTimeout(sctx, opTimeout)
 	defer cancel()
-	if _, err := w.conn.Publish(ctx, subject, data, w.header(callHeader), protocol.ResultMsgID(callID)); err != nil {
+	msgID := protocol.ResultMsgID(callID)
+	if seq := callHeader.Get(protocol.HeaderRedrive); protocol.ValidToken(seq) {
+		msgID = protocol.RedriveResultMsgID(callID, seq)
+	}
+	if _, err := w.conn.Publish(ctx, subject, data, w.header(sctx, callHeader), msgID); err != nil {
 		return fmt.Errorf("publish result: %w", err)
 	}
 	return nil
 }
 
 // header returns the headers of a message caused by a call: the protocol
-// version and the call's trace context (never its baggage).
-func (w *Worker) header(callHeader bus.Header) bus.Header {
+// version and the trace context (never baggage): the one of ctx's span when
+// it has a valid one, else the call's own.
+func (w *Worker) header(ctx context.Context, callHeader bus.Header) bus.Header {
 	h := bus.Header{protocol.HeaderProtocol: {protocol.Version}}
 	for _, k := range []string{protocol.HeaderTraceparent, protocol.HeaderTracestate} {
 		if v := callHeader.Get(k); v != "" {
 			h.Set(k, v)
 		}
 	}
+	telemetry.Inject(ctx, h)
 	return h
 }
 
@@ -195,39 +313,6 @@ func (w *Worker) ack(m *bus.Msg, callID string) {
 	if err := m.Ack(ctx); err != nil {
 		w.log.Warn("ack failed; the call will be redelivered and acked from its completion record", "call_id", callID, "error", err)
 	}
-}
-
-func (w *Worker) releaseLease(callID string) {
-	ctx, cancel := opCtx()
-	defer cancel()
-	if err := w.kv.leases.Delete(ctx, callID); err != nil {
-		w.log.Warn("cannot release call lease", "call_id", callID, "error", err)
-	}
-}
-
-// heartbeat keeps a long call's delivery and lease alive until stopped.
-func (w *Worker) heartbeat(m *bus.Msg, callID string) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(bus.HeartbeatEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = m.InProgress()
-				ctx, cancel := opCtx()
-				if _, err := w.kv.leases.Put(ctx, callID, []byte(w.cfg.WorkerID)); err != nil {
-					w.log.Warn("cannot refresh call lease", "call_id", callID, "error", err)
-				}
-				cancel()
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
 }
 
 // retryLater records an infrastructure fault and asks for redelivery with

@@ -11,7 +11,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a worker. The zero value of every field means its
@@ -43,6 +47,11 @@ type Config struct {
 	Tools []string
 	// MaxDeliver is how many deliveries a call gets before it is abandoned; default 5.
 	MaxDeliver int
+	// AckWait is how long a delivered call may go without an ack or a
+	// heartbeat before it is redelivered; default 30s, at least 3s. Running
+	// calls are heart-beaten every AckWait/3 and their leases live 2/3 of
+	// it. Every worker of a pool must use the same value.
+	AckWait time.Duration
 	// CallTimeout is the default and maximum execution time per call; default 60s.
 	CallTimeout time.Duration
 	// ShutdownGrace is the drain time before in-flight calls are cancelled and
@@ -61,8 +70,20 @@ type Config struct {
 	// Home is the value of ${HOME} in personalities and the home of the
 	// file floor (~/.ssh, ...); default the user's home.
 	Home string
+	// StreamReplicas is the replica count of the streams and buckets this
+	// worker creates when they do not exist yet (3 on a 3-node cluster);
+	// default 1. Existing ones are left as they are.
+	StreamReplicas int
 	// Logger receives one line per call outcome; default slog.Default().
+	// Lines logged for a call carry its trace_id and span_id.
 	Logger *slog.Logger
+	// TracerProvider makes the worker's spans (a consumer span per delivery
+	// and its children); default otel.GetTracerProvider(), a no-op unless
+	// the program set one.
+	TracerProvider trace.TracerProvider
+	// MeterProvider makes the worker's metrics (docs/operations.md);
+	// default otel.GetMeterProvider(), a no-op unless the program set one.
+	MeterProvider metric.MeterProvider
 }
 
 // Secrets backends.
@@ -86,11 +107,13 @@ func (c Config) withDefaults() Config {
 	c.Concurrency = cmp.Or(c.Concurrency, 64)
 	c.Pool = cmp.Or(c.Pool, protocol.DefaultPool)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
+	c.AckWait = cmp.Or(c.AckWait, bus.DefaultAckWait)
 	c.CallTimeout = cmp.Or(c.CallTimeout, 60*time.Second)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 30*time.Second)
 	c.SecretsBackend = cmp.Or(c.SecretsBackend, SecretsEnv)
 	c.SecretsEnvPrefix = cmp.Or(c.SecretsEnvPrefix, "CAPSTAN_SECRET_")
 	c.SecretCacheTTL = cmp.Or(c.SecretCacheTTL, 60*time.Second)
+	c.StreamReplicas = cmp.Or(c.StreamReplicas, 1)
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
 	}
@@ -99,6 +122,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
 	}
 	if c.PersonalitiesDir != "" {
 		if abs, err := filepath.Abs(c.PersonalitiesDir); err == nil {
@@ -122,8 +151,14 @@ func (c Config) validate() error {
 	if c.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_CONCURRENCY must be at least 1, got %d", c.Concurrency))
 	}
+	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
+		errs = append(errs, fmt.Errorf("CAPSTAN_STREAM_REPLICAS must be 1 to 5, got %d", c.StreamReplicas))
+	}
 	if c.MaxDeliver < 1 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_MAX_DELIVER must be at least 1, got %d", c.MaxDeliver))
+	}
+	if c.AckWait < bus.MinAckWait {
+		errs = append(errs, fmt.Errorf("CAPSTAN_ACK_WAIT must be at least %s, got %s", bus.MinAckWait, c.AckWait))
 	}
 	if c.CallTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_CALL_TIMEOUT must be positive, got %s", c.CallTimeout))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/telemetry"
 )
 
 // invalidToolToken names the DLQ subject of a call whose subject has no valid tool token.
@@ -18,7 +19,7 @@ const invalidToolToken = "_invalid"
 // rejectMalformed dead-letters a call that cannot be decoded (or whose
 // subject is malformed) and, when its call_id is readable, answers it with
 // input_invalid naming the bad field.
-func (w *Worker) rejectMalformed(m *bus.Msg, subjectTool string, de *protocol.DecodeError, cause error) {
+func (w *Worker) rejectMalformed(ctx context.Context, m *bus.Msg, subjectTool string, de *protocol.DecodeError, cause error) {
 	toolTok := subjectTool
 	if !protocol.ValidToken(toolTok) {
 		toolTok = invalidToolToken
@@ -29,18 +30,20 @@ func (w *Worker) rejectMalformed(m *bus.Msg, subjectTool string, de *protocol.De
 	}
 	if err := w.deadLetter(m, toolTok, cause.Error()); err != nil {
 		w.retryLater(m, &protocol.Call{CallID: callID, Tool: toolTok}, err)
+		setOutcome(ctx, "retry")
 		return
 	}
 	bad := protocol.Call{CallID: callID, Tool: subjectTool}
 	if de != nil && !de.Undecodable() && subjectTool != "" {
 		bad.BatchID = de.BatchID
-		w.finish(m, &bad, refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()))
+		w.finish(ctx, m, &bad, refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()))
 		return
 	}
 	w.ack(m, callID)
 	bad.Tool = toolTok
 	w.audit(&bad, refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()), int(m.Deliveries))
-	w.log.Warn("undecodable call dead-lettered", "subject", m.Subject, "error", cause)
+	setOutcome(ctx, "dead_lettered")
+	w.log.WarnContext(ctx, "undecodable call dead-lettered", "subject", m.Subject, "error", cause)
 }
 
 // deadLetter copies a call to <p>.dlq.<tool>: the original body unchanged,
@@ -128,7 +131,7 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 		de, _ := protocol.AsDecodeError(decErr)
 		call = protocol.Call{CallID: de.CallID, BatchID: de.BatchID, Tool: toolTok}
 	}
-	reason := "no acknowledgement within " + bus.AckWait.String() + " (worker lost or stalled)"
+	reason := "no acknowledgement within " + w.timing.AckWait.String() + " (worker lost or stalled)"
 	if call.CallID != "" {
 		if e, found, err := w.kv.failures.Get(ctx, call.CallID); err == nil && found {
 			reason = string(e.Value)
@@ -151,9 +154,11 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 		o := refuse(&call, protocol.DecisionAbandoned, protocol.CodeExecutionFailed,
 			fmt.Sprintf("call abandoned after %d deliveries: %s", a.Deliveries, reason))
 		o.result.Deliveries = int(a.Deliveries)
-		if err := w.publishResult(call.CallID, o.result, m.Header); err != nil {
+		// The abandonment result joins the call's trace.
+		if err := w.publishResult(telemetry.Extract(context.Background(), m.Header), call.CallID, o.result, m.Header); err != nil {
 			return err
 		}
+		w.recordAnswer(ctx, &call, o)
 		w.recordCompletion(call.CallID)
 		w.audit(&call, o, int(a.Deliveries))
 	}

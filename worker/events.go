@@ -43,8 +43,10 @@ func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progre
 		}
 		ctx, cancel := opCtx()
 		defer cancel()
-		_, err = w.conn.Publish(ctx, subject, data, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, "")
-		return err
+		if _, err := w.conn.Publish(ctx, subject, data, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, ""); err != nil {
+			return fmt.Errorf("%w: progress event not published: %v", tool.ErrUnavailable, err)
+		}
+		return nil
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,7 +153,8 @@ func (e *env) resultsOn(batch, call string) int {
 	require.NoError(e.t, err)
 	n := 0
 	done := make(chan struct{})
-	stop, err := e.conn.Tail(ctxT(e.t), e.names.ResultsStream(), []string{subject, subject + "-end-marker"}, bus.FromStart, func(m *bus.Msg) {
+	marker := subject + "-end-marker-" + strconv.FormatUint(markerSeq.Add(1), 10)
+	stop, err := e.conn.Tail(ctxT(e.t), e.names.ResultsStream(), []string{subject, marker}, bus.FromStart, func(m *bus.Msg) {
 		if m.Subject != subject {
 			close(done)
 			return
@@ -160,11 +163,14 @@ func (e *env) resultsOn(batch, call string) int {
 	})
 	require.NoError(e.t, err)
 	defer stop()
-	_, err = e.conn.Publish(ctxT(e.t), subject+"-end-marker", []byte("x"), nil, "")
+	_, err = e.conn.Publish(ctxT(e.t), marker, []byte("x"), nil, "")
 	require.NoError(e.t, err)
 	<-done
 	return n
 }
+
+// markerSeq makes every end marker of resultsOn unique.
+var markerSeq atomic.Uint64
 
 // waitCallsDrained waits until the calls stream holds no message (all acked).
 func (e *env) waitCallsDrained() {

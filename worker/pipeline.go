@@ -9,18 +9,55 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/ratelimit"
 	"github.com/capstanhq/capstan/internal/shape"
+	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/tool"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
+// admission is what the gates resolved for a call they let through.
+type admission struct {
+	h     *hosted
+	p     *capability.Personality
+	tc    *tool.Context
+	grant *capability.Grant
+}
+
 // process runs the execution pipeline of tools.md on a decoded call, in
-// order; the first gate that refuses decides the result.
-func (w *Worker) process(m *bus.Msg, call *protocol.Call, r *running) outcome {
-	ctx, cancel := opCtx()
+// order; the first gate that refuses decides the result. Each phase is a
+// child span of the call's consumer span (carried by ctx): policy, then
+// execute_tool <tool> (with the tool's secret resolutions, HTTP requests and
+// processes below it) and reduce.
+func (w *Worker) process(ctx context.Context, call *protocol.Call, r *running) outcome {
+	pctx, policy := w.phase(ctx, "policy")
+	var a admission
+	o := w.admit(pctx, call, r, &a)
+	if a.p != nil {
+		policy.SetAttributes(telemetry.AttrPersonality.String(a.p.ID))
+	}
+	policy.SetAttributes(telemetry.AttrDecision.String(cmp.Or(o.decision, protocol.DecisionAllowed)))
+	if o.infra != nil {
+		policy.SetStatus(codes.Error, "infrastructure fault")
+	}
+	if isDenial(o.decision) {
+		w.denied(pctx, policy, o.decision, string(o.result.Code))
+	}
+	policy.End()
+	if o.decision != "" || o.infra != nil {
+		return o
+	}
+	return w.run(ctx, call, r, a)
+}
+
+// admit runs gates 1 to 9. It returns the refusal (or infrastructure fault)
+// that stops the call, or the zero outcome (no decision) with a filled in.
+func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running, a *admission) outcome {
+	ctx, cancel := context.WithTimeout(traceCtx, opTimeout)
 	defer cancel()
 
 	// A call cancelled or past its deadline is not started at all.
@@ -52,6 +89,7 @@ func (w *Worker) process(m *bus.Msg, call *protocol.Call, r *running) outcome {
 	if err != nil {
 		return refuse(call, protocol.DecisionPersonality, protocol.CodeNotAvailable, err.Error())
 	}
+	a.p = p
 	// 4. Toolset, MCP-server and plugin filters.
 	if ref := capability.ToolsetGate(&h.Tool, p, call.NarrowTools); ref != nil {
 		return refusal(call, ref)
@@ -101,21 +139,55 @@ func (w *Worker) process(m *bus.Msg, call *protocol.Call, r *running) outcome {
 	if grant.FS != nil {
 		tc.WorkingDir = grant.FS.WorkingDir
 	}
-	rec := &denials{}
-	w.attach(tc, grant, rec)
+	a.h, a.tc, a.grant = h, tc, grant
+	return outcome{}
+}
+
+// run takes an admitted call through steps 10 to 15: dry run, or execution
+// then reduce, redact, trim and wrap.
+func (w *Worker) run(ctx context.Context, call *protocol.Call, r *running, a admission) outcome {
+	h, tc := a.h, a.tc
 	// 10. Dry run: nothing runs.
 	if call.DryRun {
+		cs := callSpanFrom(ctx)
+		if cs != nil {
+			cs.span.SetAttributes(telemetry.AttrDryRun.Bool(true))
+		}
 		text, err := shape.DryRun(call.Tool, call.Args)
 		if err != nil {
 			return refuse(call, protocol.DecisionDryRun, protocol.CodeInputInvalid, err.Error())
 		}
 		return outcome{result: protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, OK: true, Value: text}, decision: protocol.DecisionDryRun}
 	}
-	// 11. Execute.
+	// 11. Execute, in the execute_tool span; accessor denials are its events.
+	ectx, exec := w.phase(ctx, "execute_tool "+h.Name,
+		telemetry.GenAIOperationName.String(telemetry.OpExecuteTool), telemetry.GenAIToolName.String(h.Name),
+		telemetry.GenAIToolCallID.String(call.CallID), telemetry.GenAIToolType.String("function"))
+	rec := &denials{onAdd: func(code string) { w.denied(ectx, exec, "accessor", code) }}
+	w.attach(tc, a.grant, rec)
+	w.traceAccessors(tc)
 	start := time.Now()
-	res, cause := w.execute(h, call, tc, r)
+	res, cause := w.execute(ectx, h, call, tc, r)
+	switch {
+	case errors.Is(cause, errShutdown):
+		exec.SetAttributes(semconv.ErrorTypeKey.String("shutdown"))
+	case isInfra(cause):
+		exec.SetAttributes(semconv.ErrorTypeKey.String("infrastructure"))
+		exec.SetStatus(codes.Error, "infrastructure fault")
+	case cause != nil:
+		exec.SetAttributes(semconv.ErrorTypeKey.String(string(tool.CodeExecutionFailed)))
+		exec.SetStatus(codes.Error, string(tool.CodeExecutionFailed))
+	case !res.OK:
+		code := string(cmp.Or(res.Code, tool.CodeExecutionFailed))
+		exec.SetAttributes(semconv.ErrorTypeKey.String(code))
+		exec.SetStatus(codes.Error, code)
+	}
+	exec.End()
 	if errors.Is(cause, errShutdown) {
 		return outcome{handback: true}
+	}
+	if errors.Is(cause, errLeaseLost) {
+		return outcome{leaseLost: true}
 	}
 	if isInfra(cause) {
 		// The reason is stored, logged and may end in a dead letter: no
@@ -126,7 +198,10 @@ func (w *Worker) process(m *bus.Msg, call *protocol.Call, r *running) outcome {
 		res = tool.Fail(tool.CodeExecutionFailed, cause.Error())
 	}
 	// 12–15. Reduce, redact, trim, wrap.
+	_, reduce := w.phase(ctx, "reduce")
 	out := w.shapeResult(h, call, tc, res)
+	reduce.SetAttributes(telemetry.AttrTruncated.Bool(out.Truncated))
+	reduce.End()
 	out.DurationMS = time.Since(start).Milliseconds()
 	return outcome{result: out, decision: protocol.DecisionAllowed, denials: rec.list()}
 }
@@ -164,12 +239,14 @@ func (w *Worker) toolContext(call *protocol.Call, p *capability.Personality) *to
 // execute runs the tool with the call's timeout. It returns the tool's result,
 // or the cause that ended the call early (cancel request, timeout, shutdown).
 // A tool that ignores its context is abandoned when the context ends.
-func (w *Worker) execute(h *hosted, call *protocol.Call, tc *tool.Context, r *running) (tool.Result, error) {
+// traceCtx gives the tool's context its span (and nothing else: the call's
+// cancellation comes from the worker).
+func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Call, tc *tool.Context, r *running) (tool.Result, error) {
 	timeout := w.cfg.CallTimeout
 	if call.TimeoutMS > 0 {
 		timeout = min(timeout, time.Duration(call.TimeoutMS)*time.Millisecond)
 	}
-	ctx, cancel := context.WithCancelCause(w.execBase)
+	ctx, cancel := context.WithCancelCause(trace.ContextWithSpan(w.execBase, trace.SpanFromContext(traceCtx)))
 	defer cancel(context.Canceled)
 	r.setCancel(cancel)
 	timer := time.AfterFunc(timeout, func() { cancel(&timeoutError{d: timeout}) })

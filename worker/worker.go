@@ -20,6 +20,7 @@ import (
 	"github.com/capstanhq/capstan/internal/scoped/process"
 	"github.com/capstanhq/capstan/internal/secrets"
 	"github.com/capstanhq/capstan/internal/shape"
+	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/tool"
 )
 
@@ -33,6 +34,8 @@ type Worker struct {
 	log      *slog.Logger
 	ready    chan struct{}
 	names    protocol.Names
+	obs      *observer
+	health   health
 
 	// Set by Run.
 	conn     *bus.Conn
@@ -41,6 +44,7 @@ type Worker struct {
 	limiter  *ratelimit.Limiter
 	inflight inflight
 	slots    chan struct{}
+	timing   bus.Timing
 	calls    sync.WaitGroup
 	// execBase is the parent of every call's context; it is cancelled with
 	// errShutdown when the shutdown grace ends.
@@ -80,10 +84,14 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 		cfg:      cfg,
 		tools:    make(map[string]*hosted),
 		reducers: shape.NewReducers(),
-		log:      cfg.Logger,
+		log:      slog.New(telemetry.TraceHandler(cfg.Logger.Handler())),
 		ready:    make(chan struct{}),
 		names:    names,
 	}
+	if w.obs, err = newObserver(cfg.TracerProvider, cfg.MeterProvider); err != nil {
+		return nil, err
+	}
+	w.health.init()
 	for _, t := range tools {
 		if len(cfg.Tools) > 0 && !slices.Contains(cfg.Tools, t.Name) {
 			continue
@@ -152,7 +160,11 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // cancels and hands back the rest, and returns. A start-up problem is returned
 // at once.
 func (w *Worker) Run(ctx context.Context) error {
-	process.Sandbox().Log(ctx, w.log)
+	sandbox := process.Sandbox()
+	sandbox.Log(ctx, w.log)
+	// Shown in /readyz, never a reason to be unready: a degraded sandbox is
+	// reported, process tools still run (docs/operations.md).
+	w.SetReadyDetail("process_sandbox", sandbox)
 	url := w.cfg.NATSURL
 	if url == "" {
 		srv, err := bus.StartServer(bus.ServerConfig{DataDir: w.cfg.DataDir, Port: w.cfg.EmbeddedPort})
@@ -165,7 +177,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: w.cfg.NATSCreds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID})
+	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: w.cfg.NATSCreds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID, Replicas: w.cfg.StreamReplicas})
 	if err != nil {
 		return err
 	}
@@ -201,10 +213,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cons, err := conn.PoolConsumer(startCtx, w.cfg.Pool, w.cfg.MaxDeliver)
+	cons, err := conn.PoolConsumer(startCtx, w.cfg.Pool, w.cfg.MaxDeliver, w.cfg.AckWait)
 	if err != nil {
 		return err
 	}
+	w.timing = cons.Timing()
+	unobserve, err := w.observeGauges(cons)
+	if err != nil {
+		return err
+	}
+	defer unobserve()
 	go w.heartbeatRegistration(ctx)
 	abandonDone := make(chan struct{})
 	go func() { defer close(abandonDone); w.handleAbandoned(ctx, abandoned) }()

@@ -257,7 +257,7 @@ func TestConcurrencyBoundsRunningCalls(t *testing.T) {
 		e.call(protocol.Call{CallID: id, BatchID: "conc", Tool: "slow"})
 	}
 	require.Eventually(t, func() bool { return running.Load() == 3 }, 20*time.Second, 10*time.Millisecond)
-	cons, err := e.conn.PoolConsumer(ctxT(t), "default", 5)
+	cons, err := e.conn.PoolConsumer(ctxT(t), "default", 5, bus.DefaultAckWait)
 	require.NoError(t, err)
 	_, unacked, err := cons.Pending(ctxT(t))
 	require.NoError(t, err)

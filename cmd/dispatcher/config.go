@@ -27,6 +27,7 @@ type Config struct {
 	CallTimeout        time.Duration `env:"CAPSTAN_CALL_TIMEOUT" envDefault:"60s" help:"local mode: default and maximum execution time per call"`
 	ShutdownGrace      time.Duration `env:"CAPSTAN_SHUTDOWN_GRACE" envDefault:"30s" help:"local mode: drain time before in-flight calls are cancelled"`
 	MaxDeliver         int           `env:"CAPSTAN_MAX_DELIVER" envDefault:"5" help:"local mode: deliveries before a call is abandoned"`
+	StreamReplicas     int           `env:"CAPSTAN_STREAM_REPLICAS" envDefault:"1" help:"replicas of the streams and buckets created when none exist yet (1 to 5)"`
 	PersonalitiesDir   string        `env:"CAPSTAN_PERSONALITIES_DIR" help:"local mode: personality files loaded at start"`
 	Tools              []string      `env:"CAPSTAN_TOOLS" help:"local mode: comma-separated tools hosted (default all built-ins)"`
 	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" help:"local mode: debug, info, warn or error (default warn)"`
@@ -69,6 +70,9 @@ func (c *Config) check() []string {
 	}
 	if c.Concurrency < 1 {
 		bad("CAPSTAN_CONCURRENCY", "must be at least 1, got %d", c.Concurrency)
+	}
+	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
+		bad("CAPSTAN_STREAM_REPLICAS", "must be 1 to 5, got %d", c.StreamReplicas)
 	}
 	if c.MaxDeliver < 1 {
 		bad("CAPSTAN_MAX_DELIVER", "must be at least 1, got %d", c.MaxDeliver)

@@ -23,6 +23,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		CallTimeout:        60 * time.Second,
 		ShutdownGrace:      30 * time.Second,
 		MaxDeliver:         5,
+		StreamReplicas:     1,
 		Tools:              nil,
 	}, cfg)
 }
@@ -43,12 +44,14 @@ func TestLoadConfigReadsEveryVariable(t *testing.T) {
 		"CAPSTAN_TOOLS":               "echo, read_file",
 		"CAPSTAN_LOG_LEVEL":           "DEBUG",
 		"CAPSTAN_LOG_FORMAT":          "json",
+		"CAPSTAN_STREAM_REPLICAS":     "3",
 	}))
 	require.NoError(t, err)
 	require.Equal(t, Config{
 		NATSURL: "nats://a:4222,nats://b:4222", NATSCreds: "/creds", DataDir: "/data", Prefix: "acme",
 		DefaultPersonality: "coder", Concurrency: 8, CallTimeout: 90 * time.Second, ShutdownGrace: 0,
 		MaxDeliver: 3, PersonalitiesDir: "/p", Tools: []string{"echo", "read_file"}, LogLevel: "DEBUG", LogFormat: "json",
+		StreamReplicas: 3,
 	}, cfg)
 }
 
@@ -71,6 +74,7 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 		{"tools with an empty name", map[string]string{"CAPSTAN_TOOLS": "echo,,x"}, `CAPSTAN_TOOLS: tool name "" must match`},
 		{"log level", map[string]string{"CAPSTAN_LOG_LEVEL": "loud"}, `CAPSTAN_LOG_LEVEL: "loud" must be debug, info, warn or error`},
 		{"log format", map[string]string{"CAPSTAN_LOG_FORMAT": "xml"}, `CAPSTAN_LOG_FORMAT: "xml" must be text or json`},
+		{"replicas", map[string]string{"CAPSTAN_STREAM_REPLICAS": "9"}, `CAPSTAN_STREAM_REPLICAS: must be 1 to 5, got 9`},
 		{"two problems in one message", map[string]string{"CAPSTAN_CONCURRENCY": "x", "CAPSTAN_MAX_DELIVER": "y"},
 			`CAPSTAN_CONCURRENCY: "x" is not an integer; CAPSTAN_MAX_DELIVER: "y" is not an integer`},
 	}

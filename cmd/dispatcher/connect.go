@@ -15,6 +15,7 @@ import (
 
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/internal/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
 )
@@ -31,12 +32,26 @@ func (a *app) setup(ctx context.Context) (c *client.Client, closeFn func(), ok b
 		a.errorf("%v", err)
 		return nil, nil, false
 	}
-	c, closeFn, err = a.connect(ctx, cfg)
+	level, _ := cfg.slogLevel() // checked by loadConfig
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "capstan-dispatcher", Getenv: a.getenv, Logger: a.logger(cfg, level)})
 	if err != nil {
+		a.errorf("invalid configuration: %v", err)
+		return nil, nil, false
+	}
+	a.tel = tel
+	shutdown := func() {
+		// Export the producer spans, without waiting long for a collector that is down.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}
+	c, closeConn, err := a.connect(ctx, cfg)
+	if err != nil {
+		shutdown()
 		a.errorf("%v", err)
 		return nil, nil, false
 	}
-	return c, closeFn, true
+	return c, func() { closeConn(); shutdown() }, true
 }
 
 func (a *app) connect(ctx context.Context, cfg Config) (*client.Client, func(), error) {
@@ -55,7 +70,8 @@ func (a *app) connect(ctx context.Context, cfg Config) (*client.Client, func(), 
 }
 
 func (a *app) newClient(ctx context.Context, cfg Config, url string) (*client.Client, error) {
-	return client.New(ctx, client.Config{NATSURL: url, NATSCreds: cfg.NATSCreds, Prefix: cfg.Prefix, Name: "capstan-dispatcher"})
+	return client.New(ctx, client.Config{NATSURL: url, NATSCreds: cfg.NATSCreds, Prefix: cfg.Prefix, Name: "capstan-dispatcher", StreamReplicas: cfg.StreamReplicas,
+		TracerProvider: a.tel.TracerProvider})
 }
 
 // localMode starts an embedded JetStream server and an in-process worker pool
@@ -63,6 +79,7 @@ func (a *app) newClient(ctx context.Context, cfg Config, url string) (*client.Cl
 // stderr in one line, and connects a client. closeFn closes the client,
 // stops the pool (waiting for it to drain) and shuts the server down.
 func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func(), error) {
+	cfg.StreamReplicas = 1 // one embedded server
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("local mode: CAPSTAN_DATA_DIR: %w", err)
@@ -91,6 +108,8 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 		DefaultPersonality: cfg.DefaultPersonality,
 		Tools:              cfg.Tools,
 		Logger:             a.logger(cfg, level),
+		TracerProvider:     a.tel.TracerProvider,
+		MeterProvider:      a.tel.MeterProvider,
 	}, builtin.All()...)
 	if err != nil {
 		srv.Shutdown()

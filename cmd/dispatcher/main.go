@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/capstanhq/capstan/internal/telemetry"
 )
 
 // Exit codes.
@@ -52,6 +54,8 @@ type app struct {
 	// stderrTTY is true when stderr is a terminal: progress bar, text logs.
 	stderrTTY bool
 	probeURL  string
+	// tel is the OTel set-up of the commands that connect (setup).
+	tel *telemetry.Telemetry
 }
 
 func newApp(getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) *app {
@@ -98,6 +102,8 @@ func commands() []command {
 		{"cancel", "<call_id> [--reason r]", "cancel a call", (*app).cmdCancel},
 		{"progress", "[--audience internal|user|dashboard] [--batch b] [--from-start]",
 			"print progress events as JSON lines until interrupted", (*app).cmdProgress},
+		{"dlq", "list | show <call_id> | redrive <call_id> [--json]",
+			"inspect dead letters; redrive re-publishes a call so every gate runs again", (*app).cmdDLQ},
 		{"help", "", "print this help", nil},
 	}
 }
@@ -139,6 +145,8 @@ func (a *app) usage(w io.Writer) {
 		}
 		fmt.Fprintf(&b, "  %-28s %s\n", v.name, help)
 	}
+	fmt.Fprintf(&b, "  %-28s %s\n", "OTEL_*", "OpenTelemetry: OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) exports a producer")
+	fmt.Fprintf(&b, "  %-28s %s\n", "", "span per call over OTLP; unset = no tracing (docs/operations.md)")
 	fmt.Fprintf(&b, "\nLocal mode: when CAPSTAN_NATS_URL is unset and no server answers on %s, the dispatcher\n"+
 		"starts an embedded JetStream server (store: CAPSTAN_DATA_DIR) and an in-process worker pool.\n", defaultProbeURL)
 	_, _ = io.WriteString(w, b.String())

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,7 +25,7 @@ func TestHelpListsEveryCommandAndVariable(t *testing.T) {
 		code, stdout, stderr := runT(t, nil, "", arg)
 		require.Equal(t, exitOK, code)
 		require.Empty(t, stderr)
-		for _, c := range []string{"call", "batch", "tools", "result", "cancel", "progress", "help"} {
+		for _, c := range []string{"call", "batch", "tools", "result", "cancel", "progress", "dlq", "help"} {
 			require.Regexp(t, `\n  `+c+`( |\n)`, stdout, "command %s", c)
 		}
 		for _, v := range configVars() {
@@ -444,4 +445,13 @@ func TestPersonalityCommands(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 	code, _, _ = runT(t, env, "", "personality", "put")
 	require.Equal(t, exitUsage, code)
+}
+
+func TestOTELConfigErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"call", "echo", "--args", "{}"},
+		func(k string) string { return map[string]string{"OTEL_TRACES_EXPORTER": "jaeger"}[k] }, strings.NewReader(""), &out, &errb)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errb.String(), `capstan: invalid configuration: telemetry: OTEL_TRACES_EXPORTER "jaeger" must be otlp or none`)
 }

@@ -31,7 +31,7 @@ func startResponder(t *testing.T, url string) *responder {
 	t.Helper()
 	r := &responder{conn: bustest.Conn(t, url, ""), calls: make(map[string]protocol.Call)}
 	ctx, cancel := context.WithCancel(context.Background())
-	pc, err := r.conn.PoolConsumer(ctx, protocol.DefaultPool, 5)
+	pc, err := r.conn.PoolConsumer(ctx, protocol.DefaultPool, 5, bus.DefaultAckWait)
 	require.NoError(t, err)
 	done := make(chan struct{})
 	go func() {

@@ -22,6 +22,7 @@ type Config struct {
 	Pool               string        `env:"CAPSTAN_POOL" envDefault:"default"`
 	Tools              []string      `env:"CAPSTAN_TOOLS" envSeparator:","`
 	MaxDeliver         int           `env:"CAPSTAN_MAX_DELIVER" envDefault:"5"`
+	AckWait            time.Duration `env:"CAPSTAN_ACK_WAIT" envDefault:"30s"`
 	CallTimeout        time.Duration `env:"CAPSTAN_CALL_TIMEOUT" envDefault:"60s"`
 	ShutdownGrace      time.Duration `env:"CAPSTAN_SHUTDOWN_GRACE" envDefault:"30s"`
 	SecretsBackend     string        `env:"CAPSTAN_SECRETS_BACKEND" envDefault:"env"`
@@ -29,6 +30,7 @@ type Config struct {
 	SecretsEnvPrefix   string        `env:"CAPSTAN_SECRETS_ENV_PREFIX" envDefault:"CAPSTAN_SECRET_"`
 	SecretCacheTTL     time.Duration `env:"CAPSTAN_SECRET_CACHE_TTL" envDefault:"60s"`
 	HTTPAddr           string        `env:"CAPSTAN_HTTP_ADDR" envDefault:"127.0.0.1:9464"`
+	StreamReplicas     int           `env:"CAPSTAN_STREAM_REPLICAS" envDefault:"1"`
 	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" envDefault:"info"`
 	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT"`
 }
@@ -45,7 +47,9 @@ func (c Config) validate() error {
 	}{
 		{"CAPSTAN_CONCURRENCY", c.Concurrency == 0, "must be at least 1, got 0"},
 		{"CAPSTAN_MAX_DELIVER", c.MaxDeliver == 0, "must be at least 1, got 0"},
+		{"CAPSTAN_STREAM_REPLICAS", c.StreamReplicas == 0, "must be 1 to 5, got 0"},
 		{"CAPSTAN_CALL_TIMEOUT", c.CallTimeout == 0, "must be positive, got 0s"},
+		{"CAPSTAN_ACK_WAIT", c.AckWait == 0, "must be at least 3s, got 0s"},
 		{"CAPSTAN_DATA_DIR", c.DataDir == "", "must not be empty"},
 		{"CAPSTAN_SUBJECT_PREFIX", c.Prefix == "", "must not be empty"},
 		{"CAPSTAN_POOL", c.Pool == "", "must not be empty"},
@@ -69,9 +73,10 @@ func (c Config) worker() worker.Config {
 	return worker.Config{
 		NATSURL: c.NATSURL, NATSCreds: c.NATSCreds, DataDir: c.DataDir, Prefix: c.Prefix,
 		PersonalitiesDir: c.PersonalitiesDir, DefaultPersonality: c.DefaultPersonality, WorkerID: c.WorkerID,
-		Concurrency: c.Concurrency, Pool: c.Pool, Tools: tools, MaxDeliver: c.MaxDeliver,
+		Concurrency: c.Concurrency, Pool: c.Pool, Tools: tools, MaxDeliver: c.MaxDeliver, AckWait: c.AckWait,
 		CallTimeout: c.CallTimeout, ShutdownGrace: zeroGrace(c.ShutdownGrace), SecretsBackend: c.SecretsBackend,
 		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix, SecretCacheTTL: noZero(c.SecretCacheTTL),
+		StreamReplicas: c.StreamReplicas,
 	}
 }
 

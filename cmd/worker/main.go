@@ -18,6 +18,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/envconfig"
 	"github.com/capstanhq/capstan/internal/logging"
+	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/internal/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
 	"golang.org/x/term"
@@ -65,9 +66,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
+	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "capstan-worker", ServiceInstanceID: cfg.WorkerID,
+		Getenv: getenv, Prometheus: true, Logger: log})
+	if err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	defer func() {
+		// Flush what the exporters hold, without waiting long for a collector
+		// that is down.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("telemetry shutdown", "error", err)
+		}
+	}()
 	wc := cfg.worker()
 	wc.Logger = log
 	wc.Getenv = getenv
+	wc.TracerProvider = tel.TracerProvider
+	wc.MeterProvider = tel.MeterProvider
 	w, err := worker.New(wc, builtin.All()...)
 	if err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
@@ -78,13 +95,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return fmt.Errorf("CAPSTAN_HTTP_ADDR: %w", err)
 		}
-		srv = &http.Server{Handler: healthHandler(w), ReadHeaderTimeout: 5 * time.Second}
+		mux := http.NewServeMux()
+		mux.Handle("/", w.Handler())
+		mux.Handle("GET /metrics", tel.MetricsHandler())
+		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("health server stopped", "error", err)
 			}
 		}()
-		log.Info("health endpoints", "addr", ln.Addr().String())
+		log.Info("http endpoints: /healthz /readyz /metrics", "addr", ln.Addr().String(),
+			"traces_exported", tel.TracesExported, "metrics_exported", tel.MetricsExported)
 	}
 	err = w.Run(ctx)
 	if srv != nil {
@@ -96,22 +117,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Info("worker stopped")
 	}
 	return err
-}
-
-// healthHandler serves /healthz (the process is up) and /readyz (the worker
-// consumes calls).
-func healthHandler(w *worker.Worker) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(rw, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
-		select {
-		case <-w.Ready():
-			_, _ = io.WriteString(rw, "ready\n")
-		default:
-			http.Error(rw, "not ready", http.StatusServiceUnavailable)
-		}
-	})
-	return mux
 }

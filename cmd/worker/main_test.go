@@ -41,6 +41,14 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"max deliver zero", map[string]string{"CAPSTAN_MAX_DELIVER": "0"}, `CAPSTAN_MAX_DELIVER must be at least 1, got 0`},
 		{"negative grace", map[string]string{"CAPSTAN_SHUTDOWN_GRACE": "-1s"}, `CAPSTAN_SHUTDOWN_GRACE must not be negative, got -1s`},
 		{"timeout zero", map[string]string{"CAPSTAN_CALL_TIMEOUT": "0s"}, `CAPSTAN_CALL_TIMEOUT must be positive, got 0s`},
+		{"replicas zero", map[string]string{"CAPSTAN_STREAM_REPLICAS": "0"}, `CAPSTAN_STREAM_REPLICAS must be 1 to 5, got 0`},
+		{"replicas too many", map[string]string{"CAPSTAN_STREAM_REPLICAS": "7"}, `CAPSTAN_STREAM_REPLICAS must be 1 to 5, got 7`},
+		{"log format", map[string]string{"CAPSTAN_LOG_FORMAT": "xml"}, `CAPSTAN_LOG_FORMAT: "xml" must be text or json`},
+		{"otel exporter", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, `OTEL_TRACES_EXPORTER "zipkin" must be otlp or none`},
+		{"otel protocol", map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, `OTEL_EXPORTER_OTLP_PROTOCOL "http/json" must be http/protobuf or grpc`},
+		{"ack wait zero", map[string]string{"CAPSTAN_ACK_WAIT": "0s"}, `CAPSTAN_ACK_WAIT must be at least 3s, got 0s`},
+		{"ack wait short", map[string]string{"CAPSTAN_ACK_WAIT": "2s"}, `CAPSTAN_ACK_WAIT must be at least 3s, got 2s`},
+		{"ack wait not a duration", map[string]string{"CAPSTAN_ACK_WAIT": "30"}, `CAPSTAN_ACK_WAIT: "30" is not a duration`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -63,10 +63,10 @@ func TestIncompatibleBucketIsReported(t *testing.T) {
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	_, err = js.CreateKeyValue(ctxT(t), jetstream.KeyValueConfig{Bucket: "capstan_leases", TTL: time.Hour})
+	_, err = js.CreateKeyValue(ctxT(t), jetstream.KeyValueConfig{Bucket: "capstan_completions", TTL: time.Hour})
 	require.NoError(t, err)
 	_, err = bus.Connect(ctxT(t), bus.Config{URL: url})
-	require.ErrorContains(t, err, "bucket capstan_leases exists with an incompatible configuration: ttl is 1h0m0s, want 30s")
+	require.ErrorContains(t, err, "bucket capstan_completions exists with an incompatible configuration: ttl is 1h0m0s, want 24h0m0s")
 }
 
 func TestPrefixesShareAnAccount(t *testing.T) {
@@ -99,7 +99,7 @@ func TestFetchNeverPullsMoreThanAsked(t *testing.T) {
 		_, err := c.Publish(ctxT(t), "capstan.call.default.echo", []byte{byte('0' + i)}, bus.Header{"Capstan-Protocol": {"1"}}, "")
 		require.NoError(t, err)
 	}
-	cons, err := c.PoolConsumer(ctxT(t), "default", 5)
+	cons, err := c.PoolConsumer(ctxT(t), "default", 5, bus.DefaultAckWait)
 	require.NoError(t, err)
 	msgs := fetch(t, cons, 2, time.Second)
 	require.Len(t, msgs, 2)
@@ -129,11 +129,11 @@ func TestFetchNeverPullsMoreThanAsked(t *testing.T) {
 func TestPoolConsumerWithOtherMaxDeliverIsReported(t *testing.T) {
 	t.Parallel()
 	c := bustest.Conn(t, bustest.Server(t), "")
-	_, err := c.PoolConsumer(ctxT(t), "default", 5)
+	_, err := c.PoolConsumer(ctxT(t), "default", 5, bus.DefaultAckWait)
 	require.NoError(t, err)
-	_, err = c.PoolConsumer(ctxT(t), "default", 5)
+	_, err = c.PoolConsumer(ctxT(t), "default", 5, bus.DefaultAckWait)
 	require.NoError(t, err)
-	_, err = c.PoolConsumer(ctxT(t), "default", 3)
+	_, err = c.PoolConsumer(ctxT(t), "default", 3, bus.DefaultAckWait)
 	require.ErrorContains(t, err, "max deliver is 5, want 3")
 }
 
@@ -238,7 +238,7 @@ func TestMaxDeliveriesAdvisoryIsKeptUntilHandled(t *testing.T) {
 	c := bustest.Conn(t, bustest.Server(t), "")
 	_, err := c.Publish(ctxT(t), "capstan.call.default.echo", []byte("x"), nil, "")
 	require.NoError(t, err)
-	cons, err := c.PoolConsumer(ctxT(t), "default", 2)
+	cons, err := c.PoolConsumer(ctxT(t), "default", 2, bus.DefaultAckWait)
 	require.NoError(t, err)
 	for range 2 {
 		msgs := fetch(t, cons, 1, 5*time.Second)
@@ -282,7 +282,7 @@ func fetch(t *testing.T, cons *bus.PoolConsumer, n int, wait time.Duration) []*b
 func TestFetchPassesEachCallAsItArrives(t *testing.T) {
 	t.Parallel()
 	c := bustest.Conn(t, bustest.Server(t), "")
-	cons, err := c.PoolConsumer(ctxT(t), "default", 5)
+	cons, err := c.PoolConsumer(ctxT(t), "default", 5, bus.DefaultAckWait)
 	require.NoError(t, err)
 	_, err = c.Publish(ctxT(t), "capstan.call.default.echo", []byte("1"), nil, "")
 	require.NoError(t, err)
@@ -307,4 +307,96 @@ func TestFlushWithoutDeadline(t *testing.T) {
 	c := bustest.Conn(t, bustest.Server(t), "")
 	require.NoError(t, c.PublishCore("capstan.cancel.x", nil, nil))
 	require.NoError(t, c.Flush(context.Background()), "a context without deadline is bounded by Flush itself")
+}
+
+func TestKVUpdateTTLKeepsExpiringAndIsFenced(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	kv, err := c.KV(ctxT(t), bus.Leases)
+	require.NoError(t, err)
+	rev, err := kv.Create(ctxT(t), "lease", []byte("w1"), time.Second)
+	require.NoError(t, err)
+	rev2, err := kv.UpdateTTL(ctxT(t), "lease", []byte("w1"), rev, time.Second)
+	require.NoError(t, err)
+	require.Greater(t, rev2, rev)
+	_, err = kv.UpdateTTL(ctxT(t), "lease", []byte("w2"), rev, time.Second)
+	require.ErrorIs(t, err, bus.ErrConflict, "a stale revision must not refresh the lease")
+	// The refreshed value still expires (a plain Update would drop the TTL).
+	require.Eventually(t, func() bool {
+		_, found, err := kv.Get(ctxT(t), "lease")
+		return err == nil && !found
+	}, 10*time.Second, 50*time.Millisecond)
+	_, err = kv.UpdateTTL(ctxT(t), "lease", []byte("w1"), rev2, time.Second)
+	require.ErrorIs(t, err, bus.ErrConflict, "an expired lease cannot be refreshed")
+	_, err = kv.Create(ctxT(t), "lease", []byte("w2"), time.Second)
+	require.NoError(t, err, "an expired lease can be taken")
+}
+
+func TestKVDeleteRevIsFenced(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	kv, err := c.KV(ctxT(t), bus.Leases)
+	require.NoError(t, err)
+	rev, err := kv.Create(ctxT(t), "lease", []byte("w1"), time.Minute)
+	require.NoError(t, err)
+	_, err = kv.Put(ctxT(t), "lease", []byte("w2"))
+	require.NoError(t, err)
+	require.ErrorIs(t, kv.DeleteRev(ctxT(t), "lease", rev), bus.ErrConflict)
+	e, found, err := kv.Get(ctxT(t), "lease")
+	require.NoError(t, err)
+	require.True(t, found, "another holder's lease must survive")
+	require.NoError(t, kv.DeleteRev(ctxT(t), "lease", e.Revision))
+	_, found, err = kv.Get(ctxT(t), "lease")
+	require.NoError(t, err)
+	require.False(t, found)
+	require.ErrorIs(t, kv.DeleteRev(ctxT(t), "never", 1), bus.ErrConflict)
+}
+
+func TestMessagesAndPurgeSubject(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	msgs, err := c.Messages(ctxT(t), "CAPSTAN_DLQ", "capstan.dlq.>")
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+	for i := range 300 {
+		subject := "capstan.dlq.a"
+		if i%2 == 1 {
+			subject = "capstan.dlq.b"
+		}
+		_, err := c.Publish(ctxT(t), subject, []byte{byte(i)}, nil, "")
+		require.NoError(t, err)
+	}
+	msgs, err = c.Messages(ctxT(t), "CAPSTAN_DLQ", "capstan.dlq.>")
+	require.NoError(t, err)
+	require.Len(t, msgs, 300)
+	for i, m := range msgs {
+		require.Equal(t, byte(i), m.Data[0], "oldest first")
+	}
+	msgs, err = c.Messages(ctxT(t), "CAPSTAN_DLQ", "capstan.dlq.b")
+	require.NoError(t, err)
+	require.Len(t, msgs, 150)
+	require.NoError(t, c.PurgeSubject(ctxT(t), "CAPSTAN_DLQ", "capstan.dlq.b"))
+	msgs, err = c.Messages(ctxT(t), "CAPSTAN_DLQ", "capstan.dlq.>")
+	require.NoError(t, err)
+	require.Len(t, msgs, 150)
+	for _, m := range msgs {
+		require.Equal(t, "capstan.dlq.a", m.Subject)
+	}
+}
+
+func TestTimingIsDerivedFromAckWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ackWait, heartbeat, lease time.Duration
+	}{
+		{30 * time.Second, 10 * time.Second, 20 * time.Second},
+		{3 * time.Second, time.Second, 2 * time.Second},
+		{4 * time.Second, 4 * time.Second / 3, 2 * time.Second},
+		{2 * time.Minute, 40 * time.Second, 80 * time.Second},
+	} {
+		tm := bus.Timing{AckWait: tc.ackWait}
+		require.Equal(t, tc.heartbeat, tm.Heartbeat(), tc.ackWait)
+		require.Equal(t, tc.lease, tm.LeaseTTL(), tc.ackWait)
+		require.Less(t, tm.LeaseTTL(), tc.ackWait, "a lease must expire before its call is redelivered")
+	}
 }

@@ -118,3 +118,7 @@ func redactURL(u string) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// Connected reports whether the connection is up (false while reconnecting
+// and once closed).
+func (c *Conn) Connected() bool { return c.nc.IsConnected() }

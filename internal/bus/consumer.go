@@ -49,13 +49,17 @@ func (m *Msg) Term(reason string) error { return m.m.TermWithReason(reason) }
 
 // PoolConsumer is a pool's durable pull consumer on <p>.call.<pool>.>.
 type PoolConsumer struct {
-	cons jetstream.Consumer
-	name string
+	cons   jetstream.Consumer
+	name   string
+	timing Timing
 }
+
+// Timing returns the delivery timing of the consumer's pool.
+func (p *PoolConsumer) Timing() Timing { return p.timing }
 
 // PoolConsumerConfig returns the durable consumer configuration of a pool,
 // the single place where delivery timing is fixed.
-func (c *Conn) PoolConsumerConfig(pool string, maxDeliver int) (jetstream.ConsumerConfig, error) {
+func (c *Conn) PoolConsumerConfig(pool string, maxDeliver int, ackWait time.Duration) (jetstream.ConsumerConfig, error) {
 	filter, err := c.names.PoolFilter(pool)
 	if err != nil {
 		return jetstream.ConsumerConfig{}, err
@@ -63,29 +67,34 @@ func (c *Conn) PoolConsumerConfig(pool string, maxDeliver int) (jetstream.Consum
 	if maxDeliver < 1 {
 		return jetstream.ConsumerConfig{}, fmt.Errorf("max deliver must be at least 1, got %d", maxDeliver)
 	}
+	if ackWait < MinAckWait {
+		return jetstream.ConsumerConfig{}, fmt.Errorf("ack wait must be at least %s, got %s", MinAckWait, ackWait)
+	}
+	t := Timing{AckWait: ackWait}
 	return jetstream.ConsumerConfig{
 		Durable:       pool,
 		Description:   "Capstan pool " + pool,
 		FilterSubject: filter,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       AckWait,
+		AckWait:       ackWait,
 		MaxDeliver:    maxDeliver,
 		MaxAckPending: MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		// Timing the worker applies on top of the consumer, shown with it.
 		Metadata: map[string]string{
-			"capstan_lease_ttl":        LeaseTTL.String(),
-			"capstan_heartbeat":        HeartbeatEvery.String(),
+			"capstan_lease_ttl":        t.LeaseTTL().String(),
+			"capstan_heartbeat":        t.Heartbeat().String(),
 			"capstan_retry_backoff":    RetryBackoffText,
-			"capstan_lease_held_retry": HeartbeatEvery.String(),
+			"capstan_lease_held_retry": t.Heartbeat().String(),
 		},
 	}, nil
 }
 
 // PoolConsumer creates (or binds to) the pool's durable consumer. An existing
-// consumer whose filter, ack policy or max deliver differ is reported.
-func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int) (*PoolConsumer, error) {
-	cfg, err := c.PoolConsumerConfig(pool, maxDeliver)
+// consumer whose filter, ack policy, max deliver or ack wait differ is
+// reported.
+func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int, ackWait time.Duration) (*PoolConsumer, error) {
+	cfg, err := c.PoolConsumerConfig(pool, maxDeliver, ackWait)
 	if err != nil {
 		return nil, err
 	}
@@ -107,15 +116,18 @@ func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int) (*
 		if have.MaxDeliver != cfg.MaxDeliver {
 			reasons = append(reasons, fmt.Sprintf("max deliver is %d, want %d (CAPSTAN_MAX_DELIVER must be the same on every worker of a pool)", have.MaxDeliver, cfg.MaxDeliver))
 		}
+		if have.AckWait != cfg.AckWait {
+			reasons = append(reasons, fmt.Sprintf("ack wait is %s, want %s (CAPSTAN_ACK_WAIT must be the same on every worker of a pool)", have.AckWait, cfg.AckWait))
+		}
 		if len(reasons) > 0 {
 			return nil, &IncompatibleError{Kind: "consumer", Name: stream + "/" + pool, Reasons: reasons}
 		}
-		return &PoolConsumer{cons: cons, name: pool}, nil
+		return &PoolConsumer{cons: cons, name: pool, timing: Timing{AckWait: have.AckWait}}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: create consumer %s: %w", pool, err)
 	}
-	return &PoolConsumer{cons: cons, name: pool}, nil
+	return &PoolConsumer{cons: cons, name: pool, timing: Timing{AckWait: cfg.AckWait}}, nil
 }
 
 // Fetch pulls at most n calls and passes each to fn as soon as it arrives,

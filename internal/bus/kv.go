@@ -31,6 +31,7 @@ type Entry struct {
 // KV is one of Capstan's buckets.
 type KV struct {
 	kv jetstream.KeyValue
+	js jetstream.JetStream // for UpdateTTL, which KeyValue cannot express
 }
 
 type kvCache struct {
@@ -53,7 +54,7 @@ func (c *Conn) KV(ctx context.Context, b Bucket) (*KV, error) {
 	if c.kvs.buckets == nil {
 		c.kvs.buckets = make(map[Bucket]*KV)
 	}
-	kv := &KV{kv: h}
+	kv := &KV{kv: h, js: c.js}
 	c.kvs.buckets[b] = kv
 	return kv, nil
 }
@@ -99,17 +100,41 @@ func (k *KV) Create(ctx context.Context, key string, value []byte, ttl time.Dura
 // Update sets key only if its latest revision is rev; ErrConflict otherwise.
 func (k *KV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
 	n, err := k.kv.Update(ctx, key, value, rev)
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if errors.Is(err, jetstream.ErrKeyExists) || wrongLastSeq(err) {
 		return 0, ErrConflict
 	}
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return 0, ErrConflict
-		}
 		return 0, fmt.Errorf("bus: update %s/%s: %w", k.kv.Bucket(), key, err)
 	}
 	return n, nil
+}
+
+// DeleteRev removes key only if its latest revision is still rev; it returns
+// ErrConflict otherwise (someone else wrote the key since, or it expired).
+func (k *KV) DeleteRev(ctx context.Context, key string, rev uint64) error {
+	err := k.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	switch {
+	case err == nil, errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil
+	case wrongLastSeq(err):
+		return ErrConflict
+	}
+	return fmt.Errorf("bus: delete %s/%s: %w", k.kv.Bucket(), key, err)
+}
+
+// wrongLastSeq reports a failed compare-and-set: the key's latest revision was
+// not the expected one (single-replica and replicated streams answer with
+// different codes).
+func wrongLastSeq(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // Delete removes key (a no-op when it has no value).

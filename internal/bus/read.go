@@ -122,6 +122,62 @@ func (c *Conn) DeleteMsg(ctx context.Context, stream string, seq uint64) error {
 	return nil
 }
 
+// Messages returns every message stored in stream on filter (which may hold
+// wildcards), oldest first. It reads them with an ordered consumer and stops
+// at the last one stored when it starts; ctx bounds the read.
+func (c *Conn) Messages(ctx context.Context, stream, filter string) ([]*Msg, error) {
+	cons, err := c.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return nil, fmt.Errorf("bus: read %s %s: %w", stream, filter, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bus: read %s %s: %w", stream, filter, err)
+	}
+	var out []*Msg
+	for remaining := info.NumPending; remaining > 0; {
+		batch, err := cons.Fetch(int(min(remaining, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("bus: read %s %s: %w", stream, filter, err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			msg := newMsg(m)
+			out = append(out, msg)
+			md, err := m.Metadata()
+			if err == nil && md.NumPending == 0 {
+				remaining = 0
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, fmt.Errorf("bus: read %s %s: %w", stream, filter, err)
+		}
+		if got == 0 {
+			break // purged or expired meanwhile
+		}
+		if remaining > 0 {
+			remaining -= min(remaining, uint64(got))
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("bus: read %s %s: %w", stream, filter, ctx.Err())
+		}
+	}
+	return out, nil
+}
+
+// PurgeSubject removes every message on subject from stream.
+func (c *Conn) PurgeSubject(ctx context.Context, stream, subject string) error {
+	s, err := c.js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("bus: stream %s: %w", stream, err)
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+		return fmt.Errorf("bus: purge %s of %s: %w", subject, stream, err)
+	}
+	return nil
+}
+
 // StreamMsgs returns how many messages stream holds.
 func (c *Conn) StreamMsgs(ctx context.Context, stream string) (uint64, error) {
 	s, err := c.js.Stream(ctx, stream)
@@ -153,7 +209,7 @@ func (c *Conn) AbandonedConsumer(ctx context.Context, pool string) (*PoolConsume
 		Description:   "Capstan: abandoned calls of pool " + pool,
 		FilterSubject: maxDeliveriesSubject(c.names.CallsStream(), pool),
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       AckWait,
+		AckWait:       DefaultAckWait,
 		MaxDeliver:    -1,
 	}
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.advisoriesStream(), cfg)

@@ -2,11 +2,11 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -98,13 +98,33 @@ func (k *KV) Purge(ctx context.Context, key string, rev uint64, markerTTL time.D
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return ErrConflict
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+	if wrongLastSeq(err) {
 		return ErrConflict
 	}
 	return fmt.Errorf("bus: purge %s/%s: %w", k.kv.Bucket(), key, err)
+}
+
+// UpdateTTL sets key to value only if rev is still its latest revision
+// (ErrConflict otherwise), like Update, and gives the new revision its own
+// TTL (ttl > 0, at least a second; buckets with per-key TTLs only) or none
+// (ttl == 0). Update cannot do this: jetstream.KeyValue.Update publishes
+// without a TTL, so a key updated with it never expires on the server.
+// UpdateTTL publishes the revision itself, with the TTL header and the
+// expected last sequence of the key's subject.
+func (k *KV) UpdateTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	if !validTokens(key) {
+		return 0, fmt.Errorf("bus: update %s/%s: invalid key", k.kv.Bucket(), key)
+	}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(rev)}
+	if ttl > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(ttl))
+	}
+	ack, err := k.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + k.kv.Bucket() + "." + key, Data: value}, opts...)
+	if wrongLastSeq(err) {
+		return 0, ErrConflict
+	}
+	if err != nil {
+		return 0, fmt.Errorf("bus: update %s/%s: %w", k.kv.Bucket(), key, err)
+	}
+	return ack.Sequence, nil
 }

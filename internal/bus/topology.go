@@ -15,12 +15,12 @@ import (
 const (
 	// DedupeWindow is the duplicate window of the calls and results streams.
 	DedupeWindow = 15 * time.Minute
-	// AckWait is how long a delivered call may go without an ack or a heartbeat.
-	AckWait = 30 * time.Second
-	// LeaseTTL is how long a call lease lives without a refresh.
-	LeaseTTL = 30 * time.Second
-	// HeartbeatEvery is how often a running call is heart-beaten (InProgress + lease).
-	HeartbeatEvery = 10 * time.Second
+	// DefaultAckWait is how long a delivered call may go without an ack or a
+	// heartbeat, unless configured otherwise (Timing).
+	DefaultAckWait = 30 * time.Second
+	// MinAckWait is the shortest AckWait accepted: a lease TTL below a
+	// second cannot be expressed.
+	MinAckWait = 3 * time.Second
 	// WorkerTTL is how long a worker stays live in the workers bucket without a heartbeat.
 	WorkerTTL = 60 * time.Second
 	// RecordTTL is how long cancel requests, completion records and failure
@@ -33,6 +33,28 @@ const (
 	// MaxAckPending bounds unacknowledged calls per pool consumer.
 	MaxAckPending = 20000
 )
+
+// LeaseMarkerTTL is how long the leases bucket keeps the marker of an
+// expired lease.
+const LeaseMarkerTTL = time.Minute
+
+// Timing is the delivery timing of one pool, derived from its consumer's
+// AckWait: a running call is heart-beaten (InProgress and lease refresh)
+// every third of AckWait, and its lease lives two thirds of AckWait without
+// a refresh, so a lease of a lost worker has expired before its call is
+// redelivered.
+type Timing struct {
+	AckWait time.Duration
+}
+
+// Heartbeat is how often a running call is heart-beaten.
+func (t Timing) Heartbeat() time.Duration { return t.AckWait / 3 }
+
+// LeaseTTL is how long a call lease lives without a refresh (whole seconds,
+// at least one: the server's per-key TTL granularity).
+func (t Timing) LeaseTTL() time.Duration {
+	return max(time.Second, (2 * t.AckWait / 3).Truncate(time.Second))
+}
 
 // RetryBackoffText describes the nak delays after an infrastructure fault,
 // by delivery count (worker.retryDelay computes them).
@@ -70,7 +92,9 @@ func (c *Conn) bucketConfig(b Bucket) jetstream.KeyValueConfig {
 	case Completions:
 		return jetstream.KeyValueConfig{Bucket: n.CompletionsBucket(), Description: "Capstan completion records", History: 1, TTL: RecordTTL, Storage: jetstream.FileStorage, Replicas: r}
 	case Leases:
-		return jetstream.KeyValueConfig{Bucket: n.LeasesBucket(), Description: "Capstan call leases", History: 1, TTL: LeaseTTL, Storage: jetstream.FileStorage, Replicas: r}
+		// Each lease carries its own TTL (Timing.LeaseTTL), so pools with
+		// different AckWaits can share the bucket.
+		return jetstream.KeyValueConfig{Bucket: n.LeasesBucket(), Description: "Capstan call leases", History: 1, LimitMarkerTTL: LeaseMarkerTTL, Storage: jetstream.FileStorage, Replicas: r}
 	case Workers:
 		return jetstream.KeyValueConfig{Bucket: n.WorkersBucket(), Description: "Capstan live workers", History: 1, TTL: WorkerTTL, Storage: jetstream.FileStorage, Replicas: r}
 	case RateLimits:

@@ -81,6 +81,15 @@ type FSGrant struct {
 	Read       []string
 	Write      []string
 	WorkingDir string
+	// Writable lists the prefixes that tools under the call's personality
+	// may write (its fs_reach.write), absolute and clean; Resolve fills it.
+	// A symlink inside one of them may have been planted by a tool, so the
+	// accessor never follows one there blindly, not even in the path of a
+	// Read or Write prefix itself: it opens the shortest writable prefix
+	// that covers a granted prefix and walks down from it under the link
+	// rule. Links outside every writable prefix are the operator's and are
+	// followed when a prefix is opened.
+	Writable []string
 }
 
 // Check resolves path with JoinPath against the grant's working dir and

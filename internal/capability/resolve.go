@@ -123,7 +123,7 @@ func Resolve(t *tool.Tool, p *Personality, call CallView) (*Grant, error) {
 }
 
 func resolveFS(decl *tool.FSReach, p *Personality, callWD string) (*FSGrant, error) {
-	g := &FSGrant{WorkingDir: p.FSReach.Workdir}
+	g := &FSGrant{WorkingDir: p.FSReach.Workdir, Writable: slices.Clone(p.FSReach.Write)}
 	if callWD != "" {
 		if !filepath.IsAbs(callWD) {
 			return nil, fmt.Errorf("working_dir %q must be an absolute path", callWD)

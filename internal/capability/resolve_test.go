@@ -96,7 +96,11 @@ func TestResolveFS(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, &FSGrant{Read: tt.read, Write: tt.write, WorkingDir: tt.wantWD}, g.FS)
+			var writable []string
+			if tt.p != nil {
+				writable = tt.p.FSReach.Write
+			}
+			require.Equal(t, &FSGrant{Read: tt.read, Write: tt.write, WorkingDir: tt.wantWD, Writable: writable}, g.FS)
 		})
 	}
 }

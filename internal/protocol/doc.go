@@ -10,15 +10,19 @@ const Version = "1"
 // Header names. traceparent and tracestate are lower-case exactly, because
 // nats.Header lookups are case-sensitive.
 const (
-	HeaderMsgID            = "Nats-Msg-Id"
-	HeaderProtocol         = "Capstan-Protocol"
-	HeaderTraceparent      = "traceparent"
-	HeaderTracestate       = "tracestate"
-	HeaderBaggage          = "baggage"
-	HeaderDeadReason       = "Capstan-Dead-Reason"
-	HeaderDeliveries       = "Capstan-Deliveries"
-	HeaderOriginalSubject  = "Capstan-Original-Subject"
-	HeaderDeadAt           = "Capstan-Dead-At"
+	HeaderMsgID           = "Nats-Msg-Id"
+	HeaderProtocol        = "Capstan-Protocol"
+	HeaderTraceparent     = "traceparent"
+	HeaderTracestate      = "tracestate"
+	HeaderBaggage         = "baggage"
+	HeaderDeadReason      = "Capstan-Dead-Reason"
+	HeaderDeliveries      = "Capstan-Deliveries"
+	HeaderOriginalSubject = "Capstan-Original-Subject"
+	HeaderDeadAt          = "Capstan-Dead-At"
+	// HeaderRedrive marks a call re-published from the DLQ by "dispatcher
+	// dlq redrive"; its value is the dead letter's DLQ sequence. The result
+	// of such a call gets its own Nats-Msg-Id (RedriveResultMsgID).
+	HeaderRedrive          = "Capstan-Redrive"
 	ResultMsgIDSuffix      = ".result"
 	MaxCallBytes           = 1 << 20
 	DefaultPrefix          = "capstan"

@@ -217,3 +217,14 @@ func (n Names) AuditSubject(tool string) (string, error) {
 
 // ResultMsgID returns the Nats-Msg-Id of a call's result: <call>.result.
 func ResultMsgID(call string) string { return call + ResultMsgIDSuffix }
+
+// RedriveResultMsgID returns the Nats-Msg-Id of the result of a redriven call
+// (HeaderRedrive = seq): <call>.result.redrive-<seq>, so that it is not taken
+// for a duplicate of the abandonment result within the dedupe window.
+func RedriveResultMsgID(call, seq string) string {
+	return call + ResultMsgIDSuffix + ".redrive-" + seq
+}
+
+// RedriveCallMsgID returns the Nats-Msg-Id of a call re-published from the
+// DLQ: <call>.redrive-<seq>.
+func RedriveCallMsgID(call, seq string) string { return call + ".redrive-" + seq }

@@ -18,7 +18,7 @@ import (
 type Store interface {
 	Get(ctx context.Context, key string) (bus.Entry, bool, error)
 	Create(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error)
-	Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error)
+	UpdateTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error)
 }
 
 // Limiter counts calls in windows aligned on the Unix epoch.
@@ -53,14 +53,17 @@ func (l *Limiter) Allow(ctx context.Context, personality, tool string, requests 
 	now := l.now()
 	start := now.Truncate(window)
 	key := personality + "." + tool + "." + strconv.FormatInt(start.Unix(), 10)
-	ttl := window + time.Minute
+	// A counter lives until a minute after its window; every increment
+	// carries the rest of that time, so the server removes it then (a plain
+	// update would drop the TTL and keep the counter forever).
+	expires := start.Add(window + time.Minute)
 	for range maxAttempts {
 		e, found, err := l.store.Get(ctx, key)
 		if err != nil {
 			return Decision{}, fmt.Errorf("rate limit: %w", err)
 		}
 		if !found {
-			_, err := l.store.Create(ctx, key, []byte("1"), ttl)
+			_, err := l.store.Create(ctx, key, []byte("1"), ttlUntil(expires, now))
 			if errors.Is(err, bus.ErrKeyExists) {
 				continue
 			}
@@ -76,7 +79,7 @@ func (l *Limiter) Allow(ctx context.Context, personality, tool string, requests 
 		if n >= requests {
 			return Decision{RetryAfter: roundUpSeconds(start.Add(window).Sub(now))}, nil
 		}
-		_, err = l.store.Update(ctx, key, []byte(strconv.Itoa(n+1)), e.Revision)
+		_, err = l.store.UpdateTTL(ctx, key, []byte(strconv.Itoa(n+1)), e.Revision, ttlUntil(expires, now))
 		if errors.Is(err, bus.ErrConflict) {
 			continue
 		}
@@ -87,6 +90,10 @@ func (l *Limiter) Allow(ctx context.Context, personality, tool string, requests 
 	}
 	return Decision{}, fmt.Errorf("rate limit: counter %s too contended", key)
 }
+
+// ttlUntil is the TTL that makes a key written at now expire at t: whole
+// seconds (the server's granularity), at least one.
+func ttlUntil(t, now time.Time) time.Duration { return roundUpSeconds(t.Sub(now)) }
 
 func roundUpSeconds(d time.Duration) time.Duration {
 	if d <= 0 {

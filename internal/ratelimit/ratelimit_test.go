@@ -91,3 +91,45 @@ func TestLimiterRejectsNonPositive(t *testing.T) {
 	_, err := l.Allow(context.Background(), "p", "t", 0, time.Hour)
 	require.Error(t, err)
 }
+
+// ttlRecorder passes every call to a real bucket and records the TTLs given.
+type ttlRecorder struct {
+	*bus.KV
+	mu   sync.Mutex
+	ttls []time.Duration
+}
+
+func (r *ttlRecorder) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error) {
+	r.mu.Lock()
+	r.ttls = append(r.ttls, ttl)
+	r.mu.Unlock()
+	return r.KV.Create(ctx, key, value, ttl)
+}
+
+func (r *ttlRecorder) UpdateTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	r.mu.Lock()
+	r.ttls = append(r.ttls, ttl)
+	r.mu.Unlock()
+	return r.KV.UpdateTTL(ctx, key, value, rev, ttl)
+}
+
+func TestCountersKeepExpiringAfterIncrements(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	rec := &ttlRecorder{KV: store(t, url)}
+	at := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
+	l := ratelimit.New(rec, now)
+	for _, step := range []time.Duration{0, 10 * time.Minute, 49*time.Minute + 500*time.Millisecond} {
+		mu.Lock()
+		at = at.Add(step)
+		mu.Unlock()
+		d, err := l.Allow(context.Background(), "p", "t", 5, time.Hour)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	// Every write, the increments included, expires a minute after the
+	// window (10:00–11:00) ends: at 11:01.
+	require.Equal(t, []time.Duration{61 * time.Minute, 51 * time.Minute, 2 * time.Minute}, rec.ttls)
+}

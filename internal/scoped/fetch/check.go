@@ -139,7 +139,44 @@ func (t checkedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	ctx := context.WithValue(req.Context(), schemeKey{}, e.Scheme())
-	return t.next.RoundTrip(req.WithContext(ctx))
+	resp, err := t.next.RoundTrip(canonical(req.WithContext(ctx), e))
+	if err != nil {
+		return nil, err
+	}
+	// The client would fail on a Location it cannot parse with an error
+	// quoting it whole (query included); refuse the hop without echoing it.
+	if loc := resp.Header.Get("Location"); loc != "" && followed(resp.StatusCode) {
+		if _, err := req.URL.Parse(loc); err != nil {
+			resp.Body.Close()
+			return nil, deny("invalid URL: the redirect location cannot be parsed")
+		}
+	}
+	return resp, nil
+}
+
+// followed reports whether http.Client follows a response with this status
+// and a Location.
+func followed(status int) bool {
+	switch status {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
+}
+
+// canonical points r (a copy the transport may keep) at the endpoint as
+// matched: the URL's scheme and host, and the Host header, become e's
+// normalised form. Otherwise the transport would convert a non-ASCII host
+// with its own IDNA profile: "allo\u00adwed.com" is matched and dialled as
+// allowed.com but would be sent as Host (and TLS server name)
+// xn--allowed-oka.com, a different, registrable name that a shared front
+// end would serve.
+func canonical(r *http.Request, e capability.Endpoint) *http.Request {
+	u := *r.URL
+	u.Scheme, u.Host = e.Scheme(), e.String()
+	r.URL, r.Host = &u, e.String()
+	return r
 }
 
 // schemeFrom returns the scheme of the request being dialled, guessing

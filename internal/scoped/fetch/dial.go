@@ -14,7 +14,9 @@ import (
 // checks the target against the grant again, resolves a name with
 // Config.LookupIP, refuses the connection when any address is forbidden and
 // then dials the checked addresses themselves, never the name, so a second
-// resolution (DNS rebinding) cannot change where the connection goes.
+// resolution (DNS rebinding) cannot change where the connection goes. The
+// dialer's control hook checks each socket address once more before it
+// connects.
 func (f *fetcher) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	// The transport detaches the dial from the request's cancellation;
 	// bound it here.
@@ -44,6 +46,7 @@ func (f *fetcher) dialContext(ctx context.Context, network, addr string) (net.Co
 	if err != nil {
 		return nil, err
 	}
+	ctx = context.WithValue(ctx, endpointKey{}, e)
 	var first error
 	for _, a := range addrs {
 		conn, err := f.dial(ctx, network, netip.AddrPortFrom(a, uint16(port)).String())
@@ -91,22 +94,3 @@ func (f *fetcher) screenStatic(e capability.Endpoint) error {
 	}
 	return nil
 }
-
-// screenAddrs refuses e when one of its addresses is a cloud-metadata
-// address (always; this detail wins) or private or reserved (unless the
-// grant allows private URLs).
-func (f *fetcher) screenAddrs(e capability.Endpoint, addrs []netip.Addr) error {
-	worst := addrPublic
-	for _, a := range addrs {
-		worst = max(worst, classify(a))
-	}
-	switch {
-	case worst == addrMetadata:
-		return deny(e.String() + " is a cloud metadata address")
-	case worst == addrReserved && !f.allowPrivate():
-		return deny(e.String() + " resolves to a private or reserved address")
-	}
-	return nil
-}
-
-func (f *fetcher) allowPrivate() bool { return f.grant != nil && f.grant.AllowPrivateURLs }

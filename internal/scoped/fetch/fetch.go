@@ -17,7 +17,11 @@
 //  3. the connection: every dial resolves the name itself, refuses the
 //     connection when any address is private or reserved (unless the grant
 //     has AllowPrivateURLs) or a cloud-metadata address (always), and then
-//     dials the checked address, so DNS rebinding cannot slip through;
+//     dials the checked address, so DNS rebinding cannot slip through; the
+//     dialer's control hook applies the same policy to the socket address
+//     before it connects. Private and reserved are decided by the
+//     code.dny.dev/ssrf guard (IANA special-purpose registries); the
+//     cloud-metadata set is this package's (see guard.go);
 //  4. the response: the body is cut at Config.MaxBodyBytes.
 //
 // No proxy from the environment is used, and keep-alives are off so that
@@ -64,6 +68,10 @@ type Config struct {
 	// check. It exists so tests can map names to loopback; nil means
 	// net.DefaultResolver.LookupNetIP(ctx, "ip", host).
 	LookupIP func(ctx context.Context, host string) ([]netip.Addr, error)
+	// WrapTransport, when set, wraps the transport that dials, inside the
+	// grant checks: it sees only admitted requests, one per redirect hop
+	// (the worker's tracing middleware).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // Validate reports every invalid field of c, naming it. A worker should call
@@ -114,7 +122,7 @@ func New(g *capability.NetworkGrant, cfg Config, onDeny func(error)) tool.Fetche
 		panic(err)
 	}
 	f := &fetcher{grant: g, cfg: cfg.withDefaults(), onDeny: onDeny}
-	dialer := &net.Dialer{Timeout: f.cfg.Timeout}
+	dialer := &net.Dialer{Timeout: f.cfg.Timeout, ControlContext: f.control}
 	f.dial = dialer.DialContext
 	f.transport = &http.Transport{
 		Proxy:                  nil, // never HTTP_PROXY and friends
@@ -125,8 +133,12 @@ func New(g *capability.NetworkGrant, cfg Config, onDeny func(error)) tool.Fetche
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 1 << 20,
 	}
+	var next http.RoundTripper = f.transport
+	if f.cfg.WrapTransport != nil {
+		next = f.cfg.WrapTransport(next)
+	}
 	f.client = &http.Client{
-		Transport:     checkedTransport{f: f, next: f.transport},
+		Transport:     checkedTransport{f: f, next: next},
 		CheckRedirect: f.checkRedirect,
 	}
 	return f

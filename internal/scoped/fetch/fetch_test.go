@@ -146,7 +146,7 @@ func TestFetchOK(t *testing.T) {
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 	require.Equal(t, "201 Created", resp.Status)
 	require.Equal(t, []string{"echo"}, resp.Header["X-Served-By"])
-	require.Equal(t, "http://API.test:"+port+"/echo?q=1", resp.FinalURL)
+	require.Equal(t, "http://api.test:"+port+"/echo?q=1", resp.FinalURL, "the URL as matched and fetched")
 	require.False(t, resp.Truncated)
 	got := decodeEcho(t, resp)
 	require.Equal(t, http.MethodPost, got.Method)
@@ -180,7 +180,7 @@ func TestFetchIgnoresProxyEnvironment(t *testing.T) {
 func TestFetchHTTPS(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write([]byte(r.TLS.ServerName + " " + r.Proto))
+		_, _ = w.Write([]byte(r.TLS.ServerName + " " + r.Host + " " + r.Proto))
 	}))
 	srv.EnableHTTP2 = true
 	t.Cleanup(srv.Close)
@@ -197,6 +197,13 @@ func TestFetchHTTPS(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.True(t, strings.HasPrefix(string(resp.Body), "example.com "), "SNI is the name, not the dialled address: %s", resp.Body)
 	require.Equal(t, int64(1), e.dials.Load())
+
+	// A soft hyphen is dropped by the matcher's IDNA mapping; the server
+	// name and the Host header are the name as matched, not the
+	// transport's own conversion (xn--exampl-gva.com).
+	resp, err = e.fetch(t, tool.Request{URL: "https://exam\u00adple.com:" + port + "/"})
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(resp.Body), "example.com example.com:"+port+" "), "SNI and Host are the matched name: %s", resp.Body)
 }
 
 func TestFetchBodyCap(t *testing.T) {

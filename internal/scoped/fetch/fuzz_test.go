@@ -46,6 +46,22 @@ func FuzzFetchURL(f *testing.F) {
 		"http://good.com#@evil.com/",
 		"http://%65xample.com/",
 		"//example.com/",
+		"http://allowed.com@evil.com/",
+		"http://allowed.com%40evil.com/",
+		"http://allo\u00adwed.com/",
+		"http://allowed\u3002com/",
+		"http://allowed.com%E3%80%82evil.com/",
+		"http://\u0430llowed.com/",
+		"http://0177.0.0.1/",
+		"http://0x7f.1/",
+		"http://0.0.0.0/",
+		"http://[::]/",
+		"http://[::ffff:7f00:1]/",
+		"http://[64:ff9b::a9fe:a9fe]/",
+		"http://[2002:a9fe:a9fe::]/",
+		"http://[::a9fe:a9fe]/",
+		"http://example.com:*/",
+		"gopher://example.com/",
 		"http:example.com",
 		"",
 	} {
@@ -85,5 +101,47 @@ func FuzzFetchURL(f *testing.F) {
 			require.Equal(t, before, denials.Load())
 		}
 		require.NotContains(t, err.Error(), "s3cr3t")
+	})
+}
+
+// FuzzClassify checks the address policy on arbitrary addresses against
+// the standard library's own predicates: nothing loopback, private,
+// link-local, multicast or unspecified is ever public, no IPv6 form that
+// embeds an IPv4 address is public, an embedded metadata address is
+// metadata, and neither the zone nor IPv4 mapping changes the class.
+func FuzzClassify(f *testing.F) {
+	for _, s := range []string{
+		"8.8.8.8", "127.0.0.1", "169.254.169.254", "100.100.100.200", "0.0.0.0", "10.1.2.3",
+		"::", "::1", "::ffff:127.0.0.1", "::a9fe:a9fe", "64:ff9b::a9fe:a9fe", "64:ff9b:1::a9fe:a9fe",
+		"2002:a9fe:a9fe::", "2001::1", "fe80::1", "fd00:ec2::254", "2606:4700::1111", "ff02::1",
+	} {
+		a := netip.MustParseAddr(s)
+		f.Add(a.AsSlice())
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, ok := netip.AddrFromSlice(b)
+		if !ok {
+			t.Skip("not 4 or 16 bytes")
+		}
+		c := classify(a)
+		u := a.Unmap()
+		if c == addrPublic {
+			require.False(t, u.IsLoopback() || u.IsPrivate() || u.IsLinkLocalUnicast() || u.IsLinkLocalMulticast() ||
+				u.IsInterfaceLocalMulticast() || u.IsMulticast() || u.IsUnspecified(), "%s is public", a)
+			require.True(t, u.Is4() || netip.MustParsePrefix("2000::/3").Contains(u), "%s is public", a)
+			_, embeds := embeddedIPv4(u)
+			require.False(t, embeds, "%s embeds an IPv4 address and is public", a)
+		}
+		if v4, ok := embeddedIPv4(u); ok && metadataAddrs[v4] {
+			require.Equal(t, addrMetadata, c, "%s embeds %s", a, v4)
+		}
+		if metadataAddrs[u] {
+			require.Equal(t, addrMetadata, c, "%s", a)
+		}
+		if u.Is4() {
+			require.Equal(t, c, classify(netip.AddrFrom16(u.As16())), "%s and its IPv4-mapped form", a)
+		} else {
+			require.Equal(t, c, classify(u.WithZone("eth0")), "%s with a zone", a)
+		}
 	})
 }

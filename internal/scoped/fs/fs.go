@@ -36,6 +36,10 @@ import (
 // DefaultMaxReadBytes is the read cap when Config.MaxReadBytes is zero.
 const DefaultMaxReadBytes int64 = 64 << 20
 
+// ErrInvalidPath is wrapped by every method given a path that contains a
+// NUL byte. It is not a denial.
+var ErrInvalidPath = errors.New("path contains a NUL byte")
+
 // ErrTooLarge is wrapped (inside an *fs.PathError) by ReadFile when a file
 // is larger than Config.MaxReadBytes. It is not a denial.
 var ErrTooLarge = errors.New("file is larger than the read limit")
@@ -73,10 +77,13 @@ func (c Config) Validate() error {
 
 // accessor implements tool.FS for one grant.
 type accessor struct {
-	grant   capability.FSGrant
-	maxRead int64
-	floor   *floor
-	onDeny  func(error)
+	grant capability.FSGrant
+	// writable are the grant's Writable and Write prefixes: where a tool may
+	// have planted a symlink (see anchor).
+	writable []string
+	maxRead  int64
+	floor    *floor
+	onDeny   func(error)
 }
 
 // New returns the filesystem accessor of grant g: a nil g (or one without
@@ -101,6 +108,7 @@ func New(g *capability.FSGrant, cfg Config, onDeny func(error)) tool.FS {
 	}
 	if g != nil {
 		a.grant = capability.FSGrant{Read: slices.Clone(g.Read), Write: slices.Clone(g.Write), WorkingDir: g.WorkingDir}
+		a.writable = append(slices.Clone(g.Writable), g.Write...)
 	}
 	home := cfg.Home
 	if home == "" {
@@ -241,8 +249,14 @@ func (a *accessor) ReadDir(ctx context.Context, path string) ([]iofs.DirEntry, s
 	return entries, abs, nil
 }
 
-// check applies the grant to path (lexically) and the context.
+// check applies the grant to path (lexically) and the context. A path with
+// a NUL byte names no file (and lexical cleaning could drop the element
+// that holds it): it is refused first, as invalid input.
 func (a *accessor) check(ctx context.Context, mode capability.Mode, path string) (string, error) {
+	if strings.IndexByte(path, 0) >= 0 {
+		abs := capability.JoinPath(a.grant.WorkingDir, path)
+		return abs, fmt.Errorf("%s %q: %w", mode, abs, ErrInvalidPath)
+	}
 	abs, err := a.grant.Check(mode, path)
 	if err != nil {
 		a.denied(err)

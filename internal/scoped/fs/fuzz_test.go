@@ -43,6 +43,8 @@ func FuzzFSPath(f *testing.F) {
 		"/etc/passwd", "/proc/self/environ", "..", ".", "", "sub/up-link/..", "dir-link/up-link",
 		tr.p("r/file.txt"), tr.p("secret.txt"), tr.p("r/../secret.txt"), tr.p("data2/x.txt"),
 		"../w/link-to-r", "../w/esc/secret.txt", "to-worker", "alias/secrets.env", "../alias/secrets.env",
+		"file.txt\x00", "sub\x00/../file.txt", "/proc/self/root" + tr.p("secret.txt"), "/proc/self/cwd/../secret.txt",
+		"fifo", "../w/fifo", "//" + tr.p("r/file.txt"), "./././file.txt", "sub/./deeper/../nested.txt",
 	} {
 		f.Add(seed)
 	}

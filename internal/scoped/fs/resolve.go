@@ -38,7 +38,8 @@ func (t *target) close() {
 }
 
 // resolve walks abs (absolute, clean, already checked against the grant)
-// one element at a time, each inside the root of its parent directory.
+// one element at a time from its anchor (see anchor), each inside the root
+// of its parent directory.
 // Symlinks are resolved here rather than by os.Root: a link's target (made
 // absolute against the link's directory and cleaned) must be covered by a
 // prefix of mode and be off the floor, and the walk then starts again from
@@ -50,7 +51,7 @@ func (t *target) close() {
 // compared with the Lstat that admitted it, so a swap mid-walk fails.
 //
 // With create, missing intermediate directories are made (0755), inside
-// their parent's root, and a missing write prefix is made with MkdirAll.
+// their parent's root, and a missing anchor is made with MkdirAll.
 // Denials carry abs, the path the caller named; other errors are
 // *iofs.PathError values for abs.
 func (a *accessor) resolve(op string, mode capability.Mode, abs string, create bool) (*target, error) {
@@ -66,14 +67,15 @@ walk:
 		if prefix == "" || a.floor.denies(cur, allowed) {
 			return nil, a.denyPath(mode, abs)
 		}
-		if create && cur != prefix {
-			if _, err := os.Stat(prefix); errors.Is(err, iofs.ErrNotExist) {
-				if err := os.MkdirAll(prefix, 0o755); err != nil {
+		anchor := a.anchor(prefix)
+		if create && cur != anchor {
+			if _, err := os.Stat(anchor); errors.Is(err, iofs.ErrNotExist) {
+				if err := os.MkdirAll(anchor, 0o755); err != nil {
 					return nil, pathErr(op, abs, err)
 				}
 			}
 		}
-		root, err := os.OpenRoot(prefix)
+		root, err := os.OpenRoot(anchor)
 		if err != nil {
 			return nil, pathErr(op, abs, err)
 		}
@@ -87,11 +89,11 @@ walk:
 			t.close()
 			return nil, a.denyPath(mode, abs)
 		}
-		if cur == prefix {
+		if cur == anchor {
 			t.dir, t.name, t.info = root, ".", rootInfo
 			return t, nil
 		}
-		elems := strings.Split(strings.TrimPrefix(cur[len(prefix):], string(filepath.Separator)), string(filepath.Separator))
+		elems := strings.Split(strings.TrimPrefix(cur[len(anchor):], string(filepath.Separator)), string(filepath.Separator))
 		dir := root
 		for i, elem := range elems {
 			last := i == len(elems)-1
@@ -126,7 +128,7 @@ walk:
 				if err != nil {
 					return nil, pathErr(op, abs, err)
 				}
-				linkPath := filepath.Join(prefix, filepath.Join(elems[:i+1]...))
+				linkPath := filepath.Join(anchor, filepath.Join(elems[:i+1]...))
 				if !filepath.IsAbs(link) {
 					link = filepath.Join(filepath.Dir(linkPath), link)
 				}
@@ -166,6 +168,23 @@ walk:
 		t.close()
 		return nil, pathErr(op, abs, iofs.ErrNotExist)
 	}
+}
+
+// anchor returns the directory the walk to a path under prefix starts from:
+// the shortest writable prefix that covers prefix, or prefix itself. Every
+// element below the anchor is walked without following links blindly, so a
+// symlink a tool planted in a writable area (even one that replaces a
+// granted prefix: "out/data" -> "/etc") is judged by the link rule; links
+// above it, and in prefixes no tool can write, are the operator's and are
+// followed by os.OpenRoot.
+func (a *accessor) anchor(prefix string) string {
+	best := prefix
+	for _, w := range a.writable {
+		if capability.Covers(w, prefix) && len(w) < len(best) {
+			best = w
+		}
+	}
+	return best
 }
 
 // longestPrefix returns the longest prefix of list that covers path, or "".

@@ -125,3 +125,31 @@ func TestPurgeRevision(t *testing.T) {
 	_, err = b.Create(ctx, "k", []byte("3"), time.Second)
 	require.NoError(t, err, "a purged key can be created again, with a TTL")
 }
+
+func TestUpdateTTL(t *testing.T) {
+	t.Parallel()
+	b := storage(t)
+	ctx := ctxT(t)
+	r1, err := b.Create(ctx, "u.k", []byte("1"), time.Hour)
+	require.NoError(t, err)
+	r2, err := b.UpdateTTL(ctx, "u.k", []byte("2"), r1, time.Second)
+	require.NoError(t, err)
+	require.Greater(t, r2, r1)
+	_, err = b.UpdateTTL(ctx, "u.k", []byte("stale"), r1, time.Second)
+	require.ErrorIs(t, err, bus.ErrConflict, "a stale revision is refused")
+	_, err = b.UpdateTTL(ctx, "u.missing", []byte("x"), 7, 0)
+	require.ErrorIs(t, err, bus.ErrConflict, "a key without that revision is refused")
+	e, found, err := b.Get(ctx, "u.k")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "2", string(e.Value))
+	require.Eventually(t, func() bool {
+		_, found, err := b.Get(ctx, "u.k")
+		return err == nil && !found
+	}, 15*time.Second, 50*time.Millisecond, "the update's own TTL removes the key")
+
+	for _, k := range []string{"", "a.*", "a.>", "a b", ".a", "a..b"} {
+		_, err := b.UpdateTTL(ctx, k, []byte("x"), 1, 0)
+		require.ErrorContains(t, err, "invalid key", "%q", k)
+	}
+}

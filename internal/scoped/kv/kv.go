@@ -102,7 +102,7 @@ func (a *Accessor) Get(ctx context.Context, key string) (value []byte, found boo
 	bk := encodeKey(a.scope, key)
 	e, found, err := a.kv.Get(ctx, bk)
 	if err != nil {
-		return nil, false, fmt.Errorf("kv get: %w", err)
+		return nil, false, unavailable("kv get", err)
 	}
 	if !found {
 		return nil, false, nil
@@ -140,27 +140,55 @@ func (a *Accessor) Set(ctx context.Context, key string, value []byte, ttl time.D
 		return fmt.Errorf("kv set: %w", err)
 	}
 	bk := encodeKey(a.scope, key)
-	// Create when absent, with the server-side TTL as housekeeping; otherwise
-	// overwrite, which cannot set a server TTL, so the envelope's expiry is
-	// what counts. A writer that created the key first is overwritten: the
-	// last write wins, as for any Set.
-	_, found, err := a.kv.Get(ctx, bk)
-	if err != nil {
-		return fmt.Errorf("kv set: %w", err)
-	}
-	if !found {
-		_, err = a.kv.Create(ctx, bk, data, serverTTL(ttl))
-		switch {
-		case err == nil:
-			return nil
-		case !errors.Is(err, bus.ErrKeyExists):
-			return fmt.Errorf("kv set: %w", err)
-		}
-	}
-	if _, err := a.kv.Put(ctx, bk, data); err != nil {
-		return fmt.Errorf("kv set: %w", err)
+	if err := a.write(ctx, bk, data, serverTTL(ttl)); err != nil {
+		return unavailable("kv set", err)
 	}
 	return nil
+}
+
+// errContended ends a write that lost maxWriteAttempts races in a row.
+var errContended = errors.New("the key is being written concurrently")
+
+// unavailable wraps an error of the storage bucket: a bus fault is
+// tool.ErrUnavailable (the worker hands the call back for redelivery); the
+// call's own cancellation and a contended key are not.
+func unavailable(op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errContended) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return fmt.Errorf("%s: %w: %w", op, tool.ErrUnavailable, err)
+}
+
+// maxWriteAttempts bounds the compare-and-set loop of write: each failed
+// attempt means another writer's revision landed in between, so the key
+// has made progress; a writer starved this often gives up.
+const maxWriteAttempts = 100
+
+// write stores data under the bucket key bk with the server-side TTL ttl
+// (0: none) as a new revision: created when the key has no value, else
+// published over the latest revision with that revision expected, so the
+// new revision carries its own TTL (a plain put or update would carry none,
+// and the server would keep the key forever). Losing a race to another
+// writer retries; the last write wins, as for any Set.
+func (a *Accessor) write(ctx context.Context, bk string, data []byte, ttl time.Duration) error {
+	for range maxWriteAttempts {
+		e, found, err := a.kv.Get(ctx, bk)
+		if err != nil {
+			return err
+		}
+		if found {
+			_, err = a.kv.UpdateTTL(ctx, bk, data, e.Revision, ttl)
+		} else {
+			_, err = a.kv.Create(ctx, bk, data, ttl)
+		}
+		if err == nil || (!errors.Is(err, bus.ErrConflict) && !errors.Is(err, bus.ErrKeyExists)) {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return context.Cause(ctx)
+		}
+	}
+	return fmt.Errorf("gave up after %d attempts: %w", maxWriteAttempts, errContended)
 }
 
 // Delete removes key. Deleting a key that has no value is not an error. An
@@ -170,7 +198,7 @@ func (a *Accessor) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	if err := a.kv.Purge(ctx, encodeKey(a.scope, key), 0, bus.StorageMarkerTTL); err != nil {
-		return fmt.Errorf("kv delete: %w", err)
+		return unavailable("kv delete", err)
 	}
 	return nil
 }
@@ -185,7 +213,7 @@ func (a *Accessor) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	entries, err := a.kv.EntriesWithPrefix(ctx, a.scope)
 	if err != nil {
-		return nil, fmt.Errorf("kv list: %w", err)
+		return nil, unavailable("kv list", err)
 	}
 	now := a.now()
 	keys := []string{}

@@ -13,6 +13,8 @@
 //     "KV_KEY_INVALID: key must be 1 to 1024 bytes of UTF-8", which, like
 //     every other accessor failure, is returned as a Go error: the worker
 //     reports its message verbatim as execution_failed and records the denial.
+//     A storage fault (the error matches tool.ErrUnavailable) is not an
+//     answer: the worker hands the call back for redelivery.
 //   - Keys and values are shown as they are, never escaped or quoted beyond
 //     the quotes of the kv_get miss message.
 package memory

@@ -1,0 +1,179 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/capstanhq/capstan/worker"
+	"github.com/stretchr/testify/require"
+)
+
+// TestKillMidCall: SIGKILL a worker binary while it runs 20 calls, with a
+// second worker binary running. Every call gets exactly one result, from the
+// second worker, on the second delivery.
+func TestKillMidCall(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	conn := bustest.Conn(t, url, "")
+	putDefaultPersonality(t, conn)
+	a := startProc(t, url, "kill-a")
+
+	const n = 20
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("kill-%02d", i)
+		require.NoError(t, publishCall(ctxT(t, time.Minute), conn, ids[i], echoCall(ids[i], "kill", 2000)))
+	}
+	// Every call has started on the first worker.
+	require.Eventually(t, func() bool { return len(count(t, conn, "kill").executions) == n },
+		time.Minute, 50*time.Millisecond)
+	startProc(t, url, "kill-b")
+	a.kill(t)
+
+	tl := waitResults(t, conn, "kill", ids, 2*time.Minute)
+	lost, dup := requireExactlyOnce(t, tl, ids)
+	for _, id := range ids {
+		r := tl.results[id][0]
+		require.True(t, r.OK, "%s: %s", id, r.Error)
+		require.Equal(t, "kill-b", r.WorkerID)
+		require.Equal(t, 2, r.Deliveries)
+		require.Equal(t, 2, tl.executions[id], "%s: one execution cut short by the kill, one complete", id)
+	}
+	t.Logf("calls=%d kills=1 lost=%d duplicated=%d", n, lost, dup)
+}
+
+// TestKillAfterResultBeforeAck: the first worker binary kills itself with
+// SIGKILL right after a result is stored and before it records completion or
+// acks the call. The redelivered call is acknowledged from the stored result
+// and runs nowhere again.
+func TestKillAfterResultBeforeAck(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	conn := bustest.Conn(t, url, "")
+	putDefaultPersonality(t, conn)
+	a := startProc(t, url, "ack-a", "CAPSTAN_FAULT=after-result-publish", "CAPSTAN_CONCURRENCY=1")
+
+	const n = 10
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("ack-%02d", i)
+		require.NoError(t, publishCall(ctxT(t, time.Minute), conn, ids[i], echoCall(ids[i], "ack", 0)))
+	}
+	a.waitExit(t, time.Minute)
+	startProc(t, url, "ack-b")
+
+	tl := waitResults(t, conn, "ack", ids, 2*time.Minute)
+	lost, dup := requireExactlyOnce(t, tl, ids)
+	byA := 0
+	for _, id := range ids {
+		require.True(t, tl.results[id][0].OK)
+		require.Equal(t, 1, tl.executions[id], "%s ran more than once", id)
+		if tl.results[id][0].WorkerID == "ack-a" {
+			byA++
+		}
+	}
+	require.Equal(t, 1, byA, "the first worker died after its first result")
+	t.Logf("calls=%d kills=1 (after result, before ack) lost=%d duplicated=%d second_executions=0", n, lost, dup)
+}
+
+// TestNATSRestartWithCallsInFlight restarts the NATS server on the same store
+// while 1,000 calls are queued or running on two workers.
+func TestNATSRestartWithCallsInFlight(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewRestartable(t)
+	conn := bustest.Conn(t, srv.URL(), "")
+	putDefaultPersonality(t, conn)
+	startWorker(t, worker.Config{NATSURL: srv.URL(), WorkerID: "restart-1", Concurrency: 32})
+	startWorker(t, worker.Config{NATSURL: srv.URL(), WorkerID: "restart-2", Concurrency: 32})
+
+	const n = 1000
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("rs-%04d", i)
+		require.NoError(t, publishCall(ctxT(t, time.Minute), conn, ids[i], echoCall(ids[i], "restart", rand.IntN(50))))
+	}
+	// Restart once a part of the batch is answered.
+	require.Eventually(t, func() bool {
+		return len(count(t, conn, "restart").results) >= n/5
+	}, 2*time.Minute, 20*time.Millisecond)
+	srv.Stop()
+	srv.Start()
+
+	tl := waitResults(t, conn, "restart", ids, 4*time.Minute)
+	lost, dup := requireExactlyOnce(t, tl, ids)
+	for _, id := range ids {
+		require.True(t, tl.results[id][0].OK, "%s: %s", id, tl.results[id][0].Error)
+	}
+	t.Logf("calls=%d server_restarts=1 lost=%d duplicated=%d", n, lost, dup)
+}
+
+// TestClusterLosesTwoNodes runs calls through a 3-node JetStream cluster with
+// R3 streams and buckets, stops one node, then a second (the cluster loses
+// its quorum), then restarts both, while a publisher keeps submitting.
+func TestClusterLosesTwoNodes(t *testing.T) {
+	t.Parallel()
+	cl := bustest.NewCluster(t, 3)
+	ctx := ctxT(t, 5*time.Minute)
+	conn, err := bus.Connect(ctx, bus.Config{URL: cl.URL(), Replicas: 3, Name: t.Name()})
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	putDefaultPersonality(t, conn)
+	startWorker(t, worker.Config{NATSURL: cl.URL(), WorkerID: "cluster-1", StreamReplicas: 3, Concurrency: 16})
+	startWorker(t, worker.Config{NATSURL: cl.URL(), WorkerID: "cluster-2", StreamReplicas: 3, Concurrency: 16})
+
+	const n = 300
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("cl-%03d", i)
+	}
+	published := make(chan int, n)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i, id := range ids {
+			if err := publishCall(ctx, conn, id, echoCall(id, "cluster", 10)); err != nil {
+				t.Error(err)
+				return
+			}
+			published <- i
+			time.Sleep(5 * time.Millisecond) // a steady flow, not a burst
+		}
+	})
+	waitPublished := func(k int) {
+		t.Helper()
+		for {
+			select {
+			case i := <-published:
+				if i+1 >= k {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("only part of the calls published before %d", k)
+			}
+		}
+	}
+	waitPublished(n / 4)
+	cl.Stop(0)
+	waitPublished(n / 2)
+	cl.Stop(1) // quorum lost: publishing and answering stall
+	stalled := time.NewTimer(2 * time.Second)
+	select {
+	case <-stalled.C:
+	case <-ctx.Done():
+	}
+	cl.Start(0)
+	cl.Start(1)
+	cl.WaitReady(2 * time.Minute)
+	wg.Wait()
+
+	tl := waitResults(t, conn, "cluster", ids, 4*time.Minute)
+	lost, dup := requireExactlyOnce(t, tl, ids)
+	for _, id := range ids {
+		require.True(t, tl.results[id][0].OK, "%s: %s", id, tl.results[id][0].Error)
+	}
+	t.Logf("calls=%d nodes_stopped=2 lost=%d duplicated=%d", n, lost, dup)
+}

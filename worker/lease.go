@@ -1,0 +1,162 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+)
+
+// errLeaseLost cancels a call whose lease another worker now holds (this
+// worker stalled past the lease TTL and the call was redelivered): it is
+// neither answered nor acked here, the lease holder answers it.
+var errLeaseLost = errors.New("call lease lost to another worker")
+
+// lease is this worker's hold on one running call: a key in the leases
+// bucket with its own TTL (bus.Timing.LeaseTTL, shorter than AckWait),
+// refreshed with every heartbeat and fenced by revision, so that a worker
+// that stalled cannot go on as if it still held the call.
+//
+// A lease is owned by one call handler; its refresh runs on the heartbeat
+// goroutine, so its state is guarded by mu.
+type lease struct {
+	w      *Worker
+	callID string
+	ttl    time.Duration
+
+	mu      sync.Mutex
+	rev     uint64
+	written time.Time // when the last successful write was sent
+	lost    bool
+	lostCh  chan struct{}
+}
+
+// takeLease creates the lease of callID. It returns bus.ErrKeyExists when
+// another worker holds it.
+func (w *Worker) takeLease(callID string) (*lease, error) {
+	ttl := w.timing.LeaseTTL()
+	ctx, cancel := opCtx()
+	defer cancel()
+	sent := time.Now()
+	rev, err := w.kv.leases.Create(ctx, callID, []byte(w.cfg.WorkerID), ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &lease{w: w, callID: callID, ttl: ttl, rev: rev, written: sent, lostCh: make(chan struct{})}, nil
+}
+
+// refresh extends the lease. When its revision is no longer the latest (it
+// expired, or another worker took it), refresh tries to take it again: that
+// succeeds only if nobody else holds it. held is false once the lease is lost
+// for good; a transient bus error is returned with held true (the lease is
+// as it was; the next heartbeat tries again).
+func (l *lease) refresh() (held bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost {
+		return false, nil
+	}
+	ctx, cancel := opCtx()
+	defer cancel()
+	sent := time.Now()
+	rev, err := l.w.kv.leases.UpdateTTL(ctx, l.callID, []byte(l.w.cfg.WorkerID), l.rev, l.ttl)
+	if errors.Is(err, bus.ErrConflict) {
+		rev, err = l.w.kv.leases.Create(ctx, l.callID, []byte(l.w.cfg.WorkerID), l.ttl)
+		if errors.Is(err, bus.ErrKeyExists) {
+			l.lost = true
+			close(l.lostCh)
+			return false, nil
+		}
+	}
+	if err != nil {
+		return true, err
+	}
+	l.rev, l.written = rev, sent
+	return true, nil
+}
+
+// confirm reports whether this worker still holds the lease, before it
+// publishes the call's result. A lease written less than half its TTL ago
+// cannot have expired, and only its holder removes it, so no bus round trip
+// is needed then; otherwise the lease is refreshed (fenced by revision). A
+// transient bus error is returned for the caller to retry.
+func (l *lease) confirm() (held bool, err error) {
+	l.mu.Lock()
+	lost, fresh := l.lost, time.Since(l.written) < l.ttl/2
+	l.mu.Unlock()
+	switch {
+	case lost:
+		return false, nil
+	case fresh:
+		return true, nil
+	}
+	return l.refresh()
+}
+
+// isLost reports whether the lease was lost.
+func (l *lease) isLost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
+// release removes the lease if this worker still holds it (fenced by
+// revision, so a lease another worker took is never removed).
+func (l *lease) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost {
+		return
+	}
+	ctx, cancel := opCtx()
+	defer cancel()
+	if err := l.w.kv.leases.DeleteRev(ctx, l.callID, l.rev); err != nil && !errors.Is(err, bus.ErrConflict) {
+		// It expires by itself within its TTL.
+		l.w.log.Warn("cannot release call lease", "call_id", l.callID, "error", err)
+	}
+}
+
+// heartbeat keeps a running call's delivery (InProgress) and lease alive
+// until stopped. When the lease is lost, the call is cancelled with
+// errLeaseLost.
+func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *running) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(w.timing.Heartbeat())
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+				held, err := l.refresh()
+				if !held {
+					w.log.Warn("call lease lost; another worker runs the call", "call_id", l.callID)
+					r.cancel(errLeaseLost)
+					return
+				}
+				if err != nil {
+					w.log.Warn("cannot refresh call lease", "call_id", l.callID, "error", err)
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-finished }) }
+}
+
+// sleepOrDone waits d, or less when ctx ends or the lease is lost.
+func sleepOrDone(ctx context.Context, l *lease, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	case <-l.lostCh:
+	}
+}

@@ -1,0 +1,316 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/secrets"
+	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/tool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// observer is the tracing and metrics middleware around every call: the
+// pipeline calls it at the edges of each phase and never inside a tool.
+// Spans and metrics carry ids, names, decisions and codes only: never an
+// argument value, a secret value or a result.
+type observer struct {
+	tp     trace.TracerProvider
+	mp     metric.MeterProvider
+	tracer trace.Tracer
+	// busy counts the deliveries being handled (each holds a slot).
+	busy atomic.Int64
+
+	calls       metric.Int64Counter
+	duration    metric.Float64Histogram
+	deliveries  metric.Int64Counter
+	denials     metric.Int64Counter
+	rateLimited metric.Int64Counter
+}
+
+func newObserver(tp trace.TracerProvider, mp metric.MeterProvider) (*observer, error) {
+	o := &observer{tp: tp, mp: mp, tracer: telemetry.Tracer(tp)}
+	m := telemetry.Meter(mp)
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+	o.calls, err = m.Int64Counter(telemetry.MetricCalls, metric.WithUnit("{call}"),
+		metric.WithDescription("Calls answered, by tool and outcome (ok or the error code)"))
+	add(err)
+	o.duration, err = m.Float64Histogram(telemetry.MetricCallDuration, metric.WithUnit("s"),
+		metric.WithDescription("Time from a call's delivery to its published result"),
+		metric.WithExplicitBucketBoundaries(telemetry.DurationBuckets...))
+	add(err)
+	o.deliveries, err = m.Int64Counter(telemetry.MetricDeliveries, metric.WithUnit("{delivery}"),
+		metric.WithDescription("Call messages delivered to this worker, redeliveries included"))
+	add(err)
+	o.denials, err = m.Int64Counter(telemetry.MetricDenials, metric.WithUnit("{denial}"),
+		metric.WithDescription("Policy denials, by gate and code"))
+	add(err)
+	o.rateLimited, err = m.Int64Counter(telemetry.MetricRateLimitRefusal, metric.WithUnit("{call}"),
+		metric.WithDescription("Calls refused by a fleet-wide rate limit"))
+	add(err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("worker: metrics: %w", err)
+	}
+	return o, nil
+}
+
+// callSpan is the consumer span of one delivery and what its end records.
+type callSpan struct {
+	span    trace.Span
+	start   time.Time
+	tool    string // the metrics' tool: a hosted tool's name, else telemetry.OtherTool
+	outcome string
+	busy    *atomic.Int64
+}
+
+type callSpanKey struct{}
+
+func callSpanFrom(ctx context.Context) *callSpan {
+	cs, _ := ctx.Value(callSpanKey{}).(*callSpan)
+	return cs
+}
+
+// metricTool is the tool name metrics carry: the name of a hosted tool, or
+// telemetry.OtherTool, so made-up names cannot grow their cardinality.
+func (w *Worker) metricTool(name string) string {
+	if _, ok := w.tools[name]; ok {
+		return name
+	}
+	return telemetry.OtherTool
+}
+
+// startCall starts the consumer span of a delivered call ("process
+// <subject>"). Its parent is the producer's context from the call's
+// traceparent (lower-case, case-sensitive), and it links to it, as OTel
+// messaging conventions ask of a message that may be delivered again.
+func (w *Worker) startCall(m *bus.Msg) (context.Context, *callSpan) {
+	parent := telemetry.Extract(context.Background(), m.Header)
+	_, subjectTool, _ := w.names.ParseCallSubject(m.Subject)
+	cs := &callSpan{start: time.Now(), tool: w.metricTool(subjectTool), busy: &w.obs.busy}
+	w.obs.busy.Add(1)
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			semconv.MessagingSystemKey.String("nats"),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("process"),
+			semconv.MessagingDestinationName(m.Subject),
+			semconv.MessagingConsumerGroupName(w.cfg.Pool),
+			telemetry.AttrDeliveries.Int64(int64(m.Deliveries)),
+			telemetry.AttrWorkerID.String(w.cfg.WorkerID),
+			telemetry.AttrPool.String(w.cfg.Pool),
+		),
+	}
+	if producer := trace.SpanContextFromContext(parent); producer.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
+	}
+	ctx, span := w.obs.tracer.Start(parent, "process "+m.Subject, opts...)
+	cs.span = span
+	w.obs.deliveries.Add(ctx, 1, metric.WithAttributes(telemetry.GenAIToolName.String(cs.tool), telemetry.AttrRedelivery.Bool(m.Deliveries > 1)))
+	return context.WithValue(ctx, callSpanKey{}, cs), cs
+}
+
+// decoded records the call's ids on its consumer span.
+func (cs *callSpan) decoded(call *protocol.Call) {
+	cs.span.SetAttributes(
+		semconv.MessagingMessageID(call.CallID),
+		telemetry.GenAIToolCallID.String(call.CallID),
+		telemetry.GenAIToolName.String(call.Tool),
+		telemetry.AttrBatchID.String(call.EffectiveBatchID()),
+	)
+}
+
+// end ends the consumer span with the outcome set along the way.
+func (cs *callSpan) end() {
+	outcome := cs.outcome
+	if outcome == "" {
+		outcome = "dropped"
+	}
+	cs.span.SetAttributes(telemetry.AttrOutcome.String(outcome))
+	if outcome != "ok" && outcome != "duplicate" && outcome != "handback" && outcome != "in_progress" {
+		cs.span.SetStatus(codes.Error, outcome)
+	}
+	cs.span.End()
+	cs.busy.Add(-1)
+}
+
+// setOutcome records how the delivery ended, for its span.
+func setOutcome(ctx context.Context, outcome string) {
+	if cs := callSpanFrom(ctx); cs != nil {
+		cs.outcome = outcome
+	}
+}
+
+// recordAnswer records a published result: the span's outcome and decision, the
+// calls counter and, for a delivery handled here, the duration histogram.
+func (w *Worker) recordAnswer(ctx context.Context, call *protocol.Call, o outcome) {
+	outcome := "ok"
+	if !o.result.OK {
+		outcome = string(o.result.Code)
+	}
+	toolName := w.metricTool(call.Tool)
+	attrs := metric.WithAttributes(telemetry.GenAIToolName.String(toolName), telemetry.AttrOutcome.String(outcome))
+	w.obs.calls.Add(ctx, 1, attrs)
+	if cs := callSpanFrom(ctx); cs != nil {
+		cs.outcome = outcome
+		cs.span.SetAttributes(telemetry.AttrDecision.String(o.decision))
+		if !o.result.OK {
+			cs.span.SetAttributes(semconv.ErrorTypeKey.String(outcome))
+		}
+		w.obs.duration.Record(ctx, time.Since(cs.start).Seconds(), attrs)
+	}
+}
+
+// isDenial reports whether a decision is a policy gate's refusal (not a
+// cancellation, deadline or decode error).
+func isDenial(decision string) bool {
+	switch decision {
+	case protocol.DecisionUnknownTool, protocol.DecisionExcluded, protocol.DecisionPersonality, protocol.DecisionToolset,
+		protocol.DecisionPermission, protocol.DecisionAvailable, protocol.DecisionRateLimit, protocol.DecisionSchema,
+		protocol.DecisionCapability:
+		return true
+	}
+	return false
+}
+
+// denied records a denial: a span event on span naming the gate (the rule)
+// and the code, and the denials counter. Never the denial's detail, which
+// may quote argument values.
+func (w *Worker) denied(ctx context.Context, span trace.Span, gate, code string) {
+	attrs := []attribute.KeyValue{telemetry.AttrGate.String(gate), telemetry.AttrDenialCode.String(code)}
+	span.AddEvent(telemetry.EventDenial, trace.WithAttributes(attrs...))
+	w.obs.denials.Add(ctx, 1, metric.WithAttributes(attrs...))
+	if gate == protocol.DecisionRateLimit {
+		w.obs.rateLimited.Add(ctx, 1)
+	}
+}
+
+// phase starts a child span of the call's current span.
+func (w *Worker) phase(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	return w.obs.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+}
+
+// httpTransport is the fetch accessor's transport middleware: otelhttp
+// client spans, children of the tool's execution span.
+func (w *Worker) httpTransport(next http.RoundTripper) http.RoundTripper {
+	return telemetry.HTTPTransport(next, w.obs.tp, w.obs.mp)
+}
+
+// tracedSecrets gives every secret resolution a span. The span names
+// neither the ref nor the value; error.type says why a resolution failed.
+type tracedSecrets struct {
+	next   tool.Secrets
+	tracer trace.Tracer
+}
+
+func (s tracedSecrets) Secret(ctx context.Context, ref string) (string, error) {
+	ctx, span := s.tracer.Start(ctx, "resolve secret", trace.WithSpanKind(trace.SpanKindInternal))
+	defer span.End()
+	v, err := s.next.Secret(ctx, ref)
+	if err != nil {
+		kind := "error"
+		if code, ok := denialCode(err); ok {
+			kind = code
+		} else if errors.Is(err, secrets.ErrNotFound) {
+			kind = "not_found"
+		} else if errors.Is(err, secrets.ErrUnavailable) {
+			kind = "unavailable"
+		} else if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			kind = "cancelled"
+		}
+		span.SetAttributes(semconv.ErrorTypeKey.String(kind))
+		span.SetStatus(codes.Error, kind)
+	}
+	return v, err
+}
+
+// Resolved passes on the accessor's resolved values, for redaction.
+func (s tracedSecrets) Resolved() []string {
+	if r, ok := s.next.(interface{ Resolved() []string }); ok {
+		return r.Resolved()
+	}
+	return nil
+}
+
+// tracedRunner gives every process a span. The executable's name is
+// recorded only once it ran (then it is a name the personality allows, not
+// free text); its arguments never are.
+type tracedRunner struct {
+	next   tool.Runner
+	tracer trace.Tracer
+}
+
+func (r tracedRunner) Run(ctx context.Context, cmd tool.Command) (*tool.ProcessResult, error) {
+	ctx, span := r.tracer.Start(ctx, "run process", trace.WithSpanKind(trace.SpanKindInternal))
+	defer span.End()
+	res, err := r.next.Run(ctx, cmd)
+	if code, denied := denialCode(err); denied {
+		span.SetAttributes(semconv.ErrorTypeKey.String(code))
+		span.SetStatus(codes.Error, code)
+		return res, err
+	}
+	if err != nil {
+		span.SetAttributes(semconv.ErrorTypeOther)
+		span.SetStatus(codes.Error, "process failed")
+		return res, err
+	}
+	span.SetAttributes(semconv.ProcessExecutableName(filepath.Base(cmd.Binary)))
+	if res != nil {
+		span.SetAttributes(semconv.ProcessExitCode(res.ExitCode))
+	}
+	return res, err
+}
+
+// traceAccessors wraps the call's secrets and process accessors with spans.
+func (w *Worker) traceAccessors(tc *tool.Context) {
+	if tc.Secrets != nil {
+		tc.Secrets = tracedSecrets{next: tc.Secrets, tracer: w.obs.tracer}
+	}
+	if tc.Process != nil {
+		tc.Process = tracedRunner{next: tc.Process, tracer: w.obs.tracer}
+	}
+}
+
+// startPublish starts the producer span of a result publication. The span
+// is named after the subject template: the real subject holds ids.
+func (w *Worker) startPublish(ctx context.Context, subject, callID string, size int) (context.Context, trace.Span) {
+	template := w.names.Prefix() + ".result.{batch_id}.{call_id}"
+	return w.obs.tracer.Start(ctx, "send "+template, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		semconv.MessagingSystemKey.String("nats"),
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingOperationName("send"),
+		semconv.MessagingDestinationName(subject),
+		semconv.MessagingDestinationTemplate(template),
+		semconv.MessagingMessageID(protocol.ResultMsgID(callID)),
+		semconv.MessagingMessageBodySize(size),
+	))
+}
+
+func endPublish(span trace.Span, err error) {
+	if err != nil {
+		span.SetAttributes(semconv.ErrorTypeOther)
+		span.SetStatus(codes.Error, "publish failed")
+	}
+	span.End()
+}
+
+// denialCode is tool.DenialCode, false for nil.
+func denialCode(err error) (string, bool) {
+	if err == nil {
+		return "", false
+	}
+	return tool.DenialCode(err)
+}

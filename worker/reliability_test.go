@@ -1,0 +1,166 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/tools/echo"
+	"github.com/capstanhq/capstan/internal/tools/memory"
+	"github.com/capstanhq/capstan/tool"
+	"github.com/capstanhq/capstan/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// ledgerTool counts its executions; the first one blocks until its context
+// ends and records the cause, later ones return at once.
+type ledgerTool struct {
+	runs      atomic.Int32
+	started   chan struct{}
+	firstDone chan error
+}
+
+func newLedgerTool() *ledgerTool {
+	return &ledgerTool{started: make(chan struct{}, 16), firstDone: make(chan error, 1)}
+}
+
+func (l *ledgerTool) tool() tool.Tool {
+	return tool.Tool{Name: "ledger", Description: "counts executions", Execute: func(ctx context.Context, _ json.RawMessage, _ *tool.Context) (tool.Result, error) {
+		n := l.runs.Add(1)
+		l.started <- struct{}{}
+		if n == 1 {
+			<-ctx.Done()
+			l.firstDone <- context.Cause(ctx)
+			return tool.OK("first"), nil
+		}
+		return tool.OK("run " + string(rune('0'+n))), nil
+	}}
+}
+
+func TestLeaseLostMidCallIsNeitherAnsweredNorAcked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	lt := newLedgerTool()
+	e.start(worker.Config{AckWait: 3 * time.Second}, lt.tool())
+	leases, err := e.conn.KV(ctxT(t), bus.Leases)
+	require.NoError(t, err)
+
+	e.call(protocol.Call{CallID: "stolen", Tool: "ledger"})
+	<-lt.started
+	// Another worker takes the call over (as after a stall past the lease
+	// TTL): the first run is cancelled at the next heartbeat and publishes
+	// nothing.
+	_, err = leases.Put(ctxT(t), "stolen", []byte("thief"))
+	require.NoError(t, err)
+	select {
+	case cause := <-lt.firstDone:
+		require.ErrorContains(t, cause, "call lease lost to another worker")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first run was not cancelled after its lease was lost")
+	}
+	require.Zero(t, e.resultsOn("stolen", "stolen"))
+	// The thief goes away without answering: the call is redelivered after
+	// AckWait and answered once.
+	require.NoError(t, leases.Delete(ctxT(t), "stolen"))
+	r := e.result("stolen", "stolen")
+	require.True(t, r.OK, r.Error)
+	require.Equal(t, "run 2", r.Value)
+	require.Equal(t, 2, r.Deliveries)
+	e.waitCallsDrained()
+	require.Equal(t, 1, e.resultsOn("stolen", "stolen"))
+	require.EqualValues(t, 2, lt.runs.Load())
+}
+
+func TestRedeliveredCallWithStoredResultIsNotRunAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// A worker published the result of "done1" and died before recording
+	// completion and acking: the result is stored, the call is pending with
+	// one delivery behind it.
+	cons, err := e.conn.PoolConsumer(ctxT(t), "default", 5, 3*time.Second)
+	require.NoError(t, err)
+	e.call(protocol.Call{CallID: "done1", Tool: "ledger"})
+	got, err := cons.Fetch(ctxT(t), 1, 5*time.Second, func(m *bus.Msg) { require.NoError(t, m.Nak(0)) })
+	require.NoError(t, err)
+	require.Equal(t, 1, got)
+	res, _ := json.Marshal(protocol.Result{CallID: "done1", BatchID: "done1", Tool: "ledger", OK: true, Value: "from the dead worker"})
+	_, err = e.conn.Publish(ctxT(t), "capstan.result.done1.done1", res, bus.Header{protocol.HeaderProtocol: {"1"}}, protocol.ResultMsgID("done1"))
+	require.NoError(t, err)
+
+	lt := newLedgerTool()
+	e.start(worker.Config{AckWait: 3 * time.Second}, lt.tool())
+	e.waitCallsDrained()
+	require.Zero(t, lt.runs.Load(), "a call whose result is stored must not run again")
+	require.Equal(t, 1, e.resultsOn("done1", "done1"))
+	require.Equal(t, "from the dead worker", e.result("done1", "done1").Value)
+}
+
+// poison is a structured value that panics when the worker encodes it: a
+// fault in the worker's own handling, not in the tool.
+type poison struct{}
+
+func (poison) MarshalJSON() ([]byte, error) { panic("poisoned encoder") }
+
+func TestPoisonCallIsDeadLetteredAndWorkerKeepsServing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var runs atomic.Int32
+	poisonTool := tool.Tool{Name: "poison", Description: "returns an unencodable result", Execute: func(context.Context, json.RawMessage, *tool.Context) (tool.Result, error) {
+		runs.Add(1)
+		return tool.Result{OK: true, Value: "v", Structured: map[string]any{"x": poison{}}}, nil
+	}}
+	dlq := e.tail(e.names.DLQStream(), "capstan.dlq.>")
+	e.start(worker.Config{MaxDeliver: 2}, echo.Tool(), poisonTool)
+	e.call(protocol.Call{CallID: "pz", Tool: "poison"})
+	e.call(protocol.Call{CallID: "ok1", Tool: "echo", Args: json.RawMessage(`{"text":"served"}`)})
+	require.Equal(t, "served", e.result("ok1", "ok1").Value)
+
+	r := e.result("pz", "pz")
+	require.False(t, r.OK)
+	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
+	require.Equal(t, "call abandoned after 2 deliveries: worker panicked while handling the call: poisoned encoder", r.Error)
+	m := recv(t, dlq)
+	require.Equal(t, "capstan.dlq.poison", m.Subject)
+	require.Equal(t, "2", m.Header.Get(protocol.HeaderDeliveries))
+	require.EqualValues(t, 2, runs.Load())
+
+	e.call(protocol.Call{CallID: "ok2", Tool: "echo", Args: json.RawMessage(`{"text":"still serving"}`)})
+	require.Equal(t, "still serving", e.result("ok2", "ok2").Value)
+	e.waitCallsDrained()
+}
+
+func TestAckWaitMustMatchThePool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(worker.Config{AckWait: 3 * time.Second})
+	w, err := worker.New(worker.Config{NATSURL: e.url, AckWait: 4 * time.Second, Logger: quietLogger()}, echo.Tool())
+	require.NoError(t, err)
+	err = w.Run(ctxT(t))
+	require.ErrorContains(t, err, "ack wait is 3s, want 4s (CAPSTAN_ACK_WAIT must be the same on every worker of a pool)")
+}
+
+func TestKVUnavailableHandsTheCallBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(worker.Config{MaxDeliver: 2}, memory.Tools()...)
+	// The storage bucket disappears under a running worker.
+	nc, err := nats.Connect(e.url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteStream(ctxT(t), "KV_capstan_storage"))
+	e.call(protocol.Call{CallID: "kv1", Tool: "kv_set", Args: json.RawMessage(`{"key":"k","value":"v"}`)})
+	r := e.result("kv1", "kv1")
+	require.False(t, r.OK)
+	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
+	require.Regexp(t, `^call abandoned after 2 deliveries: kv set: capability backend unavailable: `, r.Error,
+		"a storage fault is retried and dead-lettered, never answered as the tool's failure")
+	require.Equal(t, 2, r.Deliveries)
+}
