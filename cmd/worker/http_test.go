@@ -81,7 +81,16 @@ func TestHTTPEndpoints(t *testing.T) {
 	require.Equal(t, "ok\n", body)
 	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
 	_, body = get("/readyz")
-	require.JSONEq(t, `{"status":"ready","checks":{"consuming":"ok","nats":"ok","streams":"ok","secrets":"ok"},"details":{}}`, body)
+	var rd struct {
+		Status  string                     `json:"status"`
+		Checks  map[string]string          `json:"checks"`
+		Details map[string]json.RawMessage `json:"details"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &rd), body)
+	require.Equal(t, "ready", rd.Status)
+	require.Equal(t, map[string]string{"consuming": "ok", "nats": "ok", "streams": "ok", "secrets": "ok"}, rd.Checks)
+	require.Contains(t, rd.Details, "process_sandbox", body)
+	require.Contains(t, string(rd.Details["process_sandbox"]), `"landlock_abi":`)
 	code, body = get("/metrics")
 	require.Equal(t, http.StatusOK, code)
 	for _, m := range []string{`capstan_slots_free{capstan_pool="default"} 64`, `capstan_calls_in_flight{capstan_pool="default"} 0`,

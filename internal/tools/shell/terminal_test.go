@@ -105,7 +105,8 @@ func TestTerminalTimeout(t *testing.T) {
 		want    string
 	}{
 		{"silent", `sleep 30`, 200, "Command timed out after 200ms"},
-		{"with output so far", `echo started; echo warn >&2; sleep 30`, 500, "Command timed out after 500ms:\nstarted\nwarn\n"},
+		// Long enough for a confined shell to start and print on a loaded machine.
+		{"with output so far", `echo started; echo warn >&2; sleep 30`, 3000, "Command timed out after 3s:\nstarted\nwarn\n"},
 		{"background job", `sleep 30 & wait`, 1500, "Command timed out after 1.5s"},
 	}
 	for _, tt := range tests {
