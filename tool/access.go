@@ -34,12 +34,23 @@ type Response struct {
 
 // FS reads and writes files inside the resolved fs_reach only. Relative paths
 // are joined to the call's working dir. Methods return the absolute path they
-// resolved, for messages.
+// resolved, for messages. Reading methods (ReadFile, Exists, Stat, ReadDir)
+// need the read reach, writing ones (WriteFile, MkdirAll, Remove) the write
+// reach; a path outside it is a denial matching ErrPathNotReachable.
 type FS interface {
 	ReadFile(ctx context.Context, path string) (data []byte, abs string, err error)
 	WriteFile(ctx context.Context, path string, data []byte) (abs string, err error)
+	// Exists reports whether path names a file or directory (a missing
+	// file is false with a nil error).
+	Exists(ctx context.Context, path string) (exists bool, abs string, err error)
 	Stat(ctx context.Context, path string) (fs.FileInfo, string, error)
 	ReadDir(ctx context.Context, path string) ([]fs.DirEntry, string, error)
+	// MkdirAll creates a directory and its missing parents (0755); an
+	// existing directory is not an error.
+	MkdirAll(ctx context.Context, path string) (abs string, err error)
+	// Remove removes a file, a symlink (not its target) or an empty
+	// directory. A granted prefix itself cannot be removed.
+	Remove(ctx context.Context, path string) (abs string, err error)
 }
 
 // Secrets reads declared secret refs. Values it returns are redacted from the

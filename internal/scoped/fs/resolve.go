@@ -55,39 +55,45 @@ func (t *target) close() {
 // Denials carry abs, the path the caller named; other errors are
 // *iofs.PathError values for abs.
 func (a *accessor) resolve(op string, mode capability.Mode, abs string, create bool) (*target, error) {
+	return a.resolveAs(op, mode, abs, abs, create)
+}
+
+// resolveAs is resolve of path with denials and errors about named (the path
+// the caller gave, when path is derived from it).
+func (a *accessor) resolveAs(op string, mode capability.Mode, path, named string, create bool) (*target, error) {
 	allowed := a.grant.Read
 	if mode == capability.Write {
 		allowed = a.grant.Write
 	}
-	cur := abs
+	cur := path
 	hops := 0
 walk:
 	for {
 		prefix := longestPrefix(allowed, cur)
 		if prefix == "" || a.floor.denies(cur, allowed) {
-			return nil, a.denyPath(mode, abs)
+			return nil, a.denyPath(mode, named)
 		}
 		anchor := a.anchor(prefix)
 		if create && cur != anchor {
 			if _, err := os.Stat(anchor); errors.Is(err, iofs.ErrNotExist) {
 				if err := os.MkdirAll(anchor, 0o755); err != nil {
-					return nil, pathErr(op, abs, err)
+					return nil, pathErr(op, named, err)
 				}
 			}
 		}
 		root, err := os.OpenRoot(anchor)
 		if err != nil {
-			return nil, pathErr(op, abs, err)
+			return nil, pathErr(op, named, err)
 		}
 		t := &target{roots: []*os.Root{root}}
 		rootInfo, err := root.Stat(".")
 		if err != nil {
 			t.close()
-			return nil, pathErr(op, abs, err)
+			return nil, pathErr(op, named, err)
 		}
 		if a.floor.same(rootInfo) {
 			t.close()
-			return nil, a.denyPath(mode, abs)
+			return nil, a.denyPath(mode, named)
 		}
 		if cur == anchor {
 			t.dir, t.name, t.info = root, ".", rootInfo
@@ -105,28 +111,28 @@ walk:
 				}
 				if !create {
 					t.close()
-					return nil, pathErr(op, abs, iofs.ErrNotExist)
+					return nil, pathErr(op, named, iofs.ErrNotExist)
 				}
 				if err := dir.Mkdir(elem, 0o755); err != nil && !errors.Is(err, iofs.ErrExist) {
 					t.close()
-					return nil, pathErr(op, abs, err)
+					return nil, pathErr(op, named, err)
 				}
 				fi, err = dir.Lstat(elem)
 			}
 			if err != nil {
 				t.close()
-				return nil, pathErr(op, abs, err)
+				return nil, pathErr(op, named, err)
 			}
 			if fi.Mode()&iofs.ModeSymlink != 0 {
 				hops++
 				if hops > maxLinkHops {
 					t.close()
-					return nil, pathErr(op, abs, syscall.ELOOP)
+					return nil, pathErr(op, named, syscall.ELOOP)
 				}
 				link, err := dir.Readlink(elem)
 				t.close()
 				if err != nil {
-					return nil, pathErr(op, abs, err)
+					return nil, pathErr(op, named, err)
 				}
 				linkPath := filepath.Join(anchor, filepath.Join(elems[:i+1]...))
 				if !filepath.IsAbs(link) {
@@ -137,7 +143,7 @@ walk:
 			}
 			if a.floor.same(fi) {
 				t.close()
-				return nil, a.denyPath(mode, abs)
+				return nil, a.denyPath(mode, named)
 			}
 			if last {
 				t.dir, t.name, t.info = dir, elem, fi
@@ -145,28 +151,28 @@ walk:
 			}
 			if !fi.IsDir() {
 				t.close()
-				return nil, pathErr(op, abs, syscall.ENOTDIR)
+				return nil, pathErr(op, named, syscall.ENOTDIR)
 			}
 			next, err := dir.OpenRoot(elem)
 			if err != nil {
 				t.close()
-				return nil, pathErr(op, abs, err)
+				return nil, pathErr(op, named, err)
 			}
 			t.roots = append(t.roots, next)
 			ni, err := next.Stat(".")
 			if err != nil {
 				t.close()
-				return nil, pathErr(op, abs, err)
+				return nil, pathErr(op, named, err)
 			}
 			if !os.SameFile(fi, ni) {
 				t.close()
-				return nil, pathErr(op, abs, errChanged)
+				return nil, pathErr(op, named, errChanged)
 			}
 			dir = next
 		}
 		// Unreachable: elems is never empty when cur != prefix.
 		t.close()
-		return nil, pathErr(op, abs, iofs.ErrNotExist)
+		return nil, pathErr(op, named, iofs.ErrNotExist)
 	}
 }
 
