@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/capstanhq/capstan/internal/scoped/reads"
 	"path/filepath"
+	"strings"
 	"slices"
 	"sync"
 
@@ -114,6 +115,11 @@ func (w *Worker) backends() error {
 		return err
 	}
 	w.resolver = process.NewResolver(w.procCfg.TrustedPATH)
+	for _, h := range w.order {
+		if h.Capabilities.Process != nil {
+			w.resolveNames(h.Capabilities.Process.AllowedBinaries)
+		}
+	}
 	return nil
 }
 
@@ -128,4 +134,23 @@ func (w *Worker) missingBackend(t *tool.Tool) string {
 		return fmt.Sprintf(sentence+"secrets backend vault is not available in this build (use env or file)", t.Name)
 	}
 	return fmt.Sprintf(sentence+"secrets backend (CAPSTAN_SECRETS_BACKEND=%s)", t.Name, w.cfg.SecretsBackend)
+}
+
+// preResolve resolves the bare binary names of a personality's process
+// ceiling as soon as the worker sees it, so that they are looked up on the
+// trusted PATH once, before any call runs them (capabilities.md, "Binaries").
+func (w *Worker) preResolve(p *capability.Personality) {
+	if p.Process != nil {
+		w.resolveNames(p.Process.Allow)
+	}
+}
+
+// resolveNames resolves every bare name of names on the trusted PATH; the
+// resolver keeps each answer (found or not) for the worker's lifetime.
+func (w *Worker) resolveNames(names []string) {
+	for _, n := range names {
+		if n != "*" && !strings.Contains(n, "/") {
+			_, _ = w.resolver.Resolve(n)
+		}
+	}
 }

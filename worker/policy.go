@@ -29,20 +29,27 @@ type policyEntry struct {
 	err error
 }
 
-func watchPolicies(ctx context.Context, kv *bus.KV, home string) (*policies, error) {
+// watchPolicies keeps every stored personality parsed; onPolicy, when not
+// nil, sees each valid document as it arrives (outside the lock).
+func watchPolicies(ctx context.Context, kv *bus.KV, home string, onPolicy func(*capability.Personality)) (*policies, error) {
 	ps := &policies{docs: make(map[string]policyEntry)}
 	stop, err := kv.Watch(ctx, func(e bus.Entry) {
-		ps.mu.Lock()
-		defer ps.mu.Unlock()
 		if e.Deleted {
+			ps.mu.Lock()
 			delete(ps.docs, e.Key)
+			ps.mu.Unlock()
 			return
 		}
 		p, err := capability.Parse(e.Value, capability.Env{Home: home})
 		if err == nil && p.ID != e.Key {
 			err = fmt.Errorf("document id %q does not match its key %q", p.ID, e.Key)
 		}
+		ps.mu.Lock()
 		ps.docs[e.Key] = policyEntry{p: p, err: err}
+		ps.mu.Unlock()
+		if err == nil && onPolicy != nil {
+			onPolicy(p)
+		}
 	})
 	if err != nil {
 		return nil, err

@@ -195,7 +195,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.loadPersonalities(startCtx); err != nil {
 		return err
 	}
-	w.policies, err = watchPolicies(ctx, w.kv.personalities, w.cfg.Home)
+	w.policies, err = watchPolicies(ctx, w.kv.personalities, w.cfg.Home, w.preResolve)
 	if err != nil {
 		return err
 	}
