@@ -93,7 +93,7 @@ func isInfra(err error) bool {
 }
 
 // backends builds what the accessors share, once per worker: the secrets
-// backend (nil for none and vault, which fail closed), the binary resolver on
+// backend (nil for none, which fails closed), the binary resolver on
 // the trusted PATH, and the file floor.
 func (w *Worker) backends() error {
 	switch w.cfg.SecretsBackend {
@@ -105,6 +105,17 @@ func (w *Worker) backends() error {
 			return fmt.Errorf("CAPSTAN_SECRETS_FILE: %w", err)
 		}
 		w.secrets = secrets.NewCache(b, w.cfg.SecretCacheTTL, nil)
+	case SecretsVault:
+		vc := w.cfg.Vault
+		v, err := secrets.NewVault(secrets.VaultConfig{
+			Addr: vc.Addr, Token: vc.Token, RoleID: vc.RoleID, SecretID: vc.SecretID, CACert: vc.CACert,
+			Namespace: vc.Namespace, Mount: vc.Mount, Prefix: vc.Prefix, Logger: w.log,
+		})
+		if err != nil {
+			return err
+		}
+		w.vault = v
+		w.secrets = secrets.NewCache(v, w.cfg.SecretCacheTTL, nil)
 	}
 	w.fsCfg = scopedfs.Config{Home: w.cfg.Home, Floor: w.cfg.floorPaths()}
 	if err := w.fsCfg.Validate(); err != nil {
@@ -130,9 +141,6 @@ func (w *Worker) missingBackend(t *tool.Tool) string {
 		return ""
 	}
 	const sentence = "Tool %s declares capabilities but no capability backends are configured: "
-	if w.cfg.SecretsBackend == SecretsVault {
-		return fmt.Sprintf(sentence+"secrets backend vault is not available in this build (use env or file)", t.Name)
-	}
 	return fmt.Sprintf(sentence+"secrets backend (CAPSTAN_SECRETS_BACKEND=%s)", t.Name, w.cfg.SecretsBackend)
 }
 

@@ -63,6 +63,8 @@ type Config struct {
 	SecretsFile string
 	// SecretsEnvPrefix is the env backend's prefix; default CAPSTAN_SECRET_.
 	SecretsEnvPrefix string
+	// Vault configures the vault secrets backend (SecretsBackend "vault").
+	Vault VaultConfig
 	// SecretCacheTTL is how long a resolved secret is reused; default 60s.
 	SecretCacheTTL time.Duration
 	// Getenv reads the env secrets backend's variables; default os.Getenv.
@@ -84,6 +86,29 @@ type Config struct {
 	// MeterProvider makes the worker's metrics (docs/operations.md);
 	// default otel.GetMeterProvider(), a no-op unless the program set one.
 	MeterProvider metric.MeterProvider
+}
+
+// VaultConfig configures the vault secrets backend: KV v2 secrets, ref
+// "a/b/c" being field "c" of "<Mount>/data/<Prefix>/a/b". The worker logs in
+// with Token or with AppRole (RoleID and SecretID), renews the token and logs
+// in again when renewal ends. TLS verification is always on; the Vault
+// client library's own environment variables are not read.
+type VaultConfig struct {
+	// Addr is Vault's address (VAULT_ADDR); default https://127.0.0.1:8200.
+	Addr string
+	// Token is a Vault token (VAULT_TOKEN); exclusive with RoleID.
+	Token string
+	// RoleID and SecretID log in with AppRole (VAULT_ROLE_ID, VAULT_SECRET_ID).
+	RoleID, SecretID string
+	// CACert is a PEM file of CAs that verify Vault's certificate (VAULT_CACERT).
+	CACert string
+	// Namespace is the Vault Enterprise namespace (VAULT_NAMESPACE).
+	Namespace string
+	// Mount is the KV v2 mount (CAPSTAN_VAULT_MOUNT); default "secret".
+	Mount string
+	// Prefix is the path below the mount that refs live under
+	// (CAPSTAN_VAULT_PREFIX); default "capstan", "-" for none.
+	Prefix string
 }
 
 // Secrets backends.

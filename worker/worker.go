@@ -53,6 +53,7 @@ type Worker struct {
 
 	// Shared by the scoped accessors (built by New).
 	secrets  secrets.Backend
+	vault    *secrets.Vault // also in secrets, behind the cache; nil unless configured
 	resolver *process.Resolver
 	fsCfg    scopedfs.Config
 	procCfg  process.Config
@@ -165,6 +166,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Shown in /readyz, never a reason to be unready: a degraded sandbox is
 	// reported, process tools still run (docs/operations.md).
 	w.SetReadyDetail("process_sandbox", sandbox)
+	if w.vault != nil {
+		// Log in and keep the token renewed for as long as the worker runs;
+		// calls handed out before the first login log in themselves.
+		vaultCtx, stopVault := context.WithCancel(context.WithoutCancel(ctx))
+		vaultDone := make(chan struct{})
+		go func() { defer close(vaultDone); w.vault.Run(vaultCtx) }()
+		defer func() { stopVault(); <-vaultDone }()
+	}
 	url := w.cfg.NATSURL
 	if url == "" {
 		srv, err := bus.StartServer(bus.ServerConfig{DataDir: w.cfg.DataDir, Port: w.cfg.EmbeddedPort})

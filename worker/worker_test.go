@@ -365,6 +365,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"concurrency", worker.Config{Concurrency: -1}, "CAPSTAN_CONCURRENCY must be at least 1, got -1"},
 		{"secrets", worker.Config{SecretsBackend: "s3"}, `CAPSTAN_SECRETS_BACKEND "s3" must be vault, file, env or none`},
 		{"secrets file", worker.Config{SecretsBackend: "file"}, "CAPSTAN_SECRETS_FILE must be set when CAPSTAN_SECRETS_BACKEND=file"},
+		{"vault without login", worker.Config{SecretsBackend: "vault"}, "VAULT_TOKEN or VAULT_ROLE_ID (with VAULT_SECRET_ID) must be set for CAPSTAN_SECRETS_BACKEND=vault"},
+		{"vault token and approle", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{Token: "t", RoleID: "r", SecretID: "s"}}, "VAULT_TOKEN and VAULT_ROLE_ID are both set: choose token or AppRole login"},
+		{"vault role without secret id", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{RoleID: "r"}}, "VAULT_SECRET_ID must be set with VAULT_ROLE_ID"},
+		{"vault bad address", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{Addr: "ht!tp://x", Token: "t"}}, "VAULT_ADDR: "},
+		{"vault missing ca file", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{Token: "t", CACert: "/nonexistent/ca.pem"}}, "VAULT_CACERT: "},
 		{"worker id", worker.Config{WorkerID: "a b"}, `CAPSTAN_WORKER_ID "a b" must be`},
 		{"unknown tool", worker.Config{Tools: []string{"echo", "nope"}}, `CAPSTAN_TOOLS names "nope", which is not a known tool`},
 	} {

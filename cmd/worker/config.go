@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/capstanhq/capstan/worker"
@@ -29,6 +30,15 @@ type Config struct {
 	SecretsFile        string        `env:"CAPSTAN_SECRETS_FILE"`
 	SecretsEnvPrefix   string        `env:"CAPSTAN_SECRETS_ENV_PREFIX" envDefault:"CAPSTAN_SECRET_"`
 	SecretCacheTTL     time.Duration `env:"CAPSTAN_SECRET_CACHE_TTL" envDefault:"60s"`
+	VaultAddr          string        `env:"VAULT_ADDR"`
+	VaultToken         string        `env:"VAULT_TOKEN"`
+	VaultRoleID        string        `env:"VAULT_ROLE_ID"`
+	VaultSecretID      string        `env:"VAULT_SECRET_ID"`
+	VaultCACert        string        `env:"VAULT_CACERT"`
+	VaultNamespace     string        `env:"VAULT_NAMESPACE"`
+	VaultSkipVerify    string        `env:"VAULT_SKIP_VERIFY"`
+	VaultMount         string        `env:"CAPSTAN_VAULT_MOUNT" envDefault:"secret"`
+	VaultPrefix        string        `env:"CAPSTAN_VAULT_PREFIX" envDefault:"capstan"`
 	HTTPAddr           string        `env:"CAPSTAN_HTTP_ADDR" envDefault:"127.0.0.1:9464"`
 	StreamReplicas     int           `env:"CAPSTAN_STREAM_REPLICAS" envDefault:"1"`
 	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" envDefault:"info"`
@@ -60,6 +70,9 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("%s %s", z.name, z.want))
 		}
 	}
+	if v, err := strconv.ParseBool(c.VaultSkipVerify); c.VaultSkipVerify != "" && (err != nil || v) {
+		errs = append(errs, errors.New("VAULT_SKIP_VERIFY is not supported: the worker always verifies Vault's TLS certificate (give its CA with VAULT_CACERT)"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -77,6 +90,10 @@ func (c Config) worker() worker.Config {
 		CallTimeout: c.CallTimeout, ShutdownGrace: zeroGrace(c.ShutdownGrace), SecretsBackend: c.SecretsBackend,
 		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix, SecretCacheTTL: noZero(c.SecretCacheTTL),
 		StreamReplicas: c.StreamReplicas,
+		Vault: worker.VaultConfig{
+			Addr: c.VaultAddr, Token: c.VaultToken, RoleID: c.VaultRoleID, SecretID: c.VaultSecretID,
+			CACert: c.VaultCACert, Namespace: c.VaultNamespace, Mount: c.VaultMount, Prefix: c.VaultPrefix,
+		},
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 )
 
 // DefaultCacheTTL is the default of CAPSTAN_SECRET_CACHE_TTL.
@@ -19,6 +21,7 @@ type Cache struct {
 
 	mu      sync.Mutex
 	entries map[string]cacheEntry
+	group   singleflight.Group
 
 	hits, misses atomic.Uint64
 }
@@ -45,35 +48,81 @@ func NewCache(b Backend, ttl time.Duration, now func() time.Time) *Cache {
 
 // Resolve returns the cached value of ref while it is younger than the TTL,
 // otherwise asks the wrapped backend and caches a value it returns. Errors are
-// returned as they are and not cached. Concurrent misses on one ref may each
-// ask the backend.
+// returned as they are and not cached. Concurrent misses on one ref share one
+// request to the wrapped backend (single-flight); each caller still returns
+// as soon as its own ctx is done. The shared request runs under the first
+// caller's values but not its cancellation, so that one caller giving up
+// does not fail the others; the backend bounds its own requests.
 func (c *Cache) Resolve(ctx context.Context, ref string) (string, error) {
+	if ctx.Err() != nil {
+		return "", context.Cause(ctx)
+	}
+	if v, ok := c.lookup(ref); ok {
+		c.hits.Add(1)
+		return v, nil
+	}
+	// asked is set only in the caller whose closure runs (the flight's
+	// owner), and read after the flight's result arrives.
+	asked := false
+	ch := c.group.DoChan(ref, func() (any, error) {
+		// Another flight may have filled the entry between lookup and DoChan.
+		if v, ok := c.lookup(ref); ok {
+			return v, nil
+		}
+		asked = true
+		v, err := c.next.Resolve(context.WithoutCancel(ctx), ref)
+		if err != nil {
+			return "", err
+		}
+		c.mu.Lock()
+		c.entries[ref] = cacheEntry{value: v, expires: c.now().Add(c.ttl)}
+		c.mu.Unlock()
+		return v, nil
+	})
+	select {
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
+	case r := <-ch:
+		if asked {
+			c.misses.Add(1)
+		} else {
+			c.hits.Add(1)
+		}
+		if r.Err != nil {
+			return "", r.Err
+		}
+		return r.Val.(string), nil
+	}
+}
+
+// lookup returns the live cached value of ref, dropping an expired one.
+func (c *Cache) lookup(ref string) (string, bool) {
 	now := c.now()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	e, ok := c.entries[ref]
 	if ok && now.Before(e.expires) {
-		c.mu.Unlock()
-		c.hits.Add(1)
-		return e.value, nil
+		return e.value, true
 	}
 	if ok {
 		delete(c.entries, ref)
 	}
-	c.mu.Unlock()
-
-	c.misses.Add(1)
-	v, err := c.next.Resolve(ctx, ref)
-	if err != nil {
-		return "", err
-	}
-	c.mu.Lock()
-	c.entries[ref] = cacheEntry{value: v, expires: c.now().Add(c.ttl)}
-	c.mu.Unlock()
-	return v, nil
+	return "", false
 }
 
-// Stats returns how many Resolve calls were answered from the cache (hits)
-// and how many asked the wrapped backend (misses), since the Cache was made.
+// Stats returns how many Resolve calls were answered from the cache or from
+// another caller's request in flight (hits) and how many asked the wrapped
+// backend (misses), since the Cache was made. A caller whose ctx ended
+// before the answer counts in neither.
 func (c *Cache) Stats() (hits, misses uint64) {
 	return c.hits.Load(), c.misses.Load()
+}
+
+// Health reports the wrapped backend's health when it can tell (the vault
+// backend); otherwise nil.
+func (c *Cache) Health(ctx context.Context) error {
+	if h, ok := c.next.(interface{ Health(context.Context) error }); ok {
+		return h.Health(ctx)
+	}
+	return nil
 }

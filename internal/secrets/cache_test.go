@@ -2,6 +2,7 @@ package secrets_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -187,4 +188,87 @@ func TestCacheConcurrentUse(t *testing.T) {
 	hits, misses := c.Stats()
 	require.Equal(t, uint64(32*100), hits+misses)
 	require.Equal(t, int(misses), b.count())
+}
+
+// gatedBackend blocks every Resolve until release is closed, counting calls.
+type gatedBackend struct {
+	started chan struct{} // receives one value per call
+	release chan struct{}
+	mu      sync.Mutex
+	calls   int
+}
+
+func (b *gatedBackend) Resolve(ctx context.Context, ref string) (string, error) {
+	b.mu.Lock()
+	b.calls++
+	b.mu.Unlock()
+	b.started <- struct{}{}
+	<-b.release
+	return "value-of-" + ref, nil
+}
+
+func TestCacheSingleFlight(t *testing.T) {
+	t.Parallel()
+	b := &gatedBackend{started: make(chan struct{}, 64), release: make(chan struct{})}
+	c := secrets.NewCache(b, time.Minute, newFakeClock().now)
+	const callers = 16
+	var wg sync.WaitGroup
+	results := make(chan string, callers)
+	for range callers {
+		wg.Go(func() {
+			v, err := c.Resolve(context.Background(), "a")
+			if err != nil {
+				t.Errorf("Resolve: %v", err)
+			}
+			results <- v
+		})
+	}
+	<-b.started // the one flight has begun; the others wait on it or on the cache
+	close(b.release)
+	wg.Wait()
+	close(results)
+	for v := range results {
+		require.Equal(t, "value-of-a", v)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.Equal(t, 1, b.calls, "concurrent misses on one ref share one backend request")
+	hits, misses := c.Stats()
+	require.Equal(t, uint64(1), misses)
+	require.Equal(t, uint64(callers-1), hits)
+}
+
+func TestCacheCallerCancelDoesNotFailOthers(t *testing.T) {
+	t.Parallel()
+	b := &gatedBackend{started: make(chan struct{}, 4), release: make(chan struct{})}
+	c := secrets.NewCache(b, time.Minute, newFakeClock().now)
+
+	first, cancel := context.WithCancelCause(context.Background())
+	firstErr := make(chan error, 1)
+	go func() {
+		_, err := c.Resolve(first, "a")
+		firstErr <- err
+	}()
+	<-b.started
+	second := make(chan string, 1)
+	go func() {
+		v, err := c.Resolve(context.Background(), "a")
+		if err != nil {
+			t.Errorf("second Resolve: %v", err)
+		}
+		second <- v
+	}()
+
+	gone := errors.New("caller gave up")
+	cancel(gone)
+	require.ErrorIs(t, <-firstErr, gone, "a cancelled caller returns at once with its cause")
+
+	close(b.release)
+	require.Equal(t, "value-of-a", <-second, "the flight goes on for the callers still waiting")
+	v, err := c.Resolve(context.Background(), "a")
+	require.NoError(t, err)
+	require.Equal(t, "value-of-a", v)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.Equal(t, 1, b.calls, "the value the flight fetched is cached")
 }

@@ -51,13 +51,14 @@ func NewFile(path string) (Backend, error) {
 	return &fileBackend{values: values}, nil
 }
 
-// Resolve returns the value of ref, or ErrNotFound.
+// Resolve returns the value of ref, or ErrNotFound when it has none or an
+// empty one.
 func (f *fileBackend) Resolve(ctx context.Context, ref string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	v, ok := f.values[ref]
-	if !ok {
+	v := f.values[ref]
+	if v == "" {
 		return "", ErrNotFound
 	}
 	return v, nil
