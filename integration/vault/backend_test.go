@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -281,4 +283,36 @@ func TestTLSVerificationStaysOn(t *testing.T) {
 	require.NoError(t, err)
 	_, err = v.Resolve(context.Background(), "a/b")
 	require.ErrorIs(t, err, secrets.ErrNotFound, "with the CA given, the server is trusted (it answers 404)")
+}
+
+// TestDeployPolicy sets Vault up as deploy/vault/setup.sh does (the policy
+// file, the role's TTLs, a custom role id and secret id) and checks that the
+// worker's backend can log in, read the sample secret, renew and pass its
+// health check with exactly that policy, and nothing outside the prefix.
+func TestDeployPolicy(t *testing.T) {
+	t.Parallel()
+	tv := startVault(t)
+	policy, err := os.ReadFile(filepath.Join("..", "..", "deploy", "vault", "capstan-worker.hcl"))
+	require.NoError(t, err)
+	require.NoError(t, tv.root.Sys().PutPolicy("capstan-worker", string(policy)))
+	_, err = tv.root.Logical().Write("auth/approle/role/capstan-worker", map[string]any{
+		"token_policies": "capstan-worker", "token_ttl": "1h", "token_max_ttl": "24h", "secret_id_ttl": "0",
+	})
+	require.NoError(t, err)
+	_, err = tv.root.Logical().Write("auth/approle/role/capstan-worker/role-id", map[string]any{"role_id": "capstan-worker-dev-role"})
+	require.NoError(t, err)
+	_, err = tv.root.Logical().Write("auth/approle/role/capstan-worker/custom-secret-id", map[string]any{"secret_id": "capstan-worker-dev-secret"})
+	require.NoError(t, err)
+	tv.put(t, "capstan/providers/github", map[string]any{"token": "ghp_example_not_a_real_token"})
+	tv.put(t, "elsewhere/providers/github", map[string]any{"token": "outside-the-prefix"})
+
+	v := newBackend(t, tv, secrets.VaultConfig{RoleID: "capstan-worker-dev-role", SecretID: "capstan-worker-dev-secret"}, &syncBuffer{})
+	got, err := v.Resolve(t.Context(), "providers/github/token")
+	require.NoError(t, err)
+	require.Equal(t, "ghp_example_not_a_real_token", got)
+	require.NoError(t, v.Health(t.Context()), "lookup-self is allowed")
+
+	outside := newBackend(t, tv, secrets.VaultConfig{RoleID: "capstan-worker-dev-role", SecretID: "capstan-worker-dev-secret", Prefix: "elsewhere"}, &syncBuffer{})
+	_, err = outside.Resolve(t.Context(), "providers/github/token")
+	require.ErrorIs(t, err, secrets.ErrDenied, "the policy reads below secret/data/capstan/ only")
 }
