@@ -263,6 +263,7 @@ func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Cal
 				done <- ran{err: fmt.Errorf("tool %s panicked: %v", h.Name, p)}
 			}
 		}()
+		injectCallFault(call)
 		res, err := h.Execute(ctx, call.Args, tc)
 		done <- ran{res: res, err: err}
 	}()

@@ -177,3 +177,70 @@ func TestClusterLosesTwoNodes(t *testing.T) {
 	}
 	t.Logf("calls=%d nodes_stopped=2 lost=%d duplicated=%d", n, lost, dup)
 }
+
+// TestPoisonCallCrashingWorkers: a call whose tool panics in a goroutine of
+// its own (no recover can catch it) crashes the worker process on every
+// delivery. Two worker binaries run under a supervisor that restarts them,
+// as Kubernetes would. The poison call is dead-lettered after MaxDeliver
+// deliveries with its abandonment result, and every other call is answered
+// exactly once. (A tool that panics in its own call goroutine is recovered
+// and answered execution_failed; tools.md.)
+func TestPoisonCallCrashingWorkers(t *testing.T) {
+	t.Parallel()
+	const maxDeliver = 3
+	url := bustest.Server(t)
+	conn := bustest.Conn(t, url, "")
+	putDefaultPersonality(t, conn)
+	env := []string{"CAPSTAN_FAULT=panic-on-poison", fmt.Sprintf("CAPSTAN_MAX_DELIVER=%d", maxDeliver)}
+	procs := []*proc{startProc(t, url, "poison-a", env...), startProc(t, url, "poison-b", env...)}
+
+	const n = 20
+	ids := make([]string, 0, n+1)
+	require.NoError(t, publishCall(ctxT(t, time.Minute), conn, "poison", echoCall("POISON", "poison", 0)))
+	ids = append(ids, "POISON")
+	for i := range n {
+		id := fmt.Sprintf("healthy-%02d", i)
+		ids = append(ids, id)
+		require.NoError(t, publishCall(ctxT(t, time.Minute), conn, id, echoCall(id, "poison", 0)))
+	}
+
+	// Supervise: restart every worker that crashed, until all calls are
+	// answered and acknowledged.
+	crashes := 0
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		for i, p := range procs {
+			select {
+			case <-p.exited:
+				require.Contains(t, p.logs.String(), "poison call: a tool panicked outside the worker's recover", "worker %d ended for another reason", i)
+				crashes++
+				procs[i] = startProc(t, url, fmt.Sprintf("poison-%c%d", 'a'+i, crashes), env...)
+			default:
+			}
+		}
+		tl, err := tryCount(ctxT(t, time.Minute), conn, "poison")
+		require.NoError(t, err)
+		left, err := conn.StreamMsgs(ctxT(t, time.Minute), "CAPSTAN_CALLS")
+		require.NoError(t, err)
+		if len(tl.results) == len(ids) && left == 0 {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "after 3 minutes: %d of %d answered, %d unacknowledged, %d crashes", len(tl.results), len(ids), left, crashes)
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	tl := count(t, conn, "poison")
+	lost, dup := requireExactlyOnce(t, tl, ids)
+	r := tl.results["POISON"][0]
+	require.False(t, r.OK)
+	require.Equal(t, fmt.Sprintf("call abandoned after %d deliveries: no acknowledgement within 3s (worker lost or stalled)", maxDeliver), r.Error)
+	require.Equal(t, maxDeliver, crashes, "one crash per delivery, no more")
+	for _, id := range ids[1:] {
+		require.True(t, tl.results[id][0].OK, "%s: %s", id, tl.results[id][0].Error)
+	}
+	dead, err := conn.Messages(ctxT(t, time.Minute), "CAPSTAN_DLQ", "capstan.dlq.echo")
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, fmt.Sprint(maxDeliver), dead[0].Header.Get("Capstan-Deliveries"))
+	t.Logf("calls=%d crashes=%d lost=%d duplicated=%d dead_letters=%d", len(ids), crashes, lost, dup, len(dead))
+}
