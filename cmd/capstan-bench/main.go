@@ -1,0 +1,124 @@
+// Command capstan-bench measures Capstan against a raw JetStream consumer in
+// one run on one embedded JetStream server and prints the comparison as a
+// table (and, with -json, as JSON). See docs/benchmarks.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+
+	"github.com/capstanhq/capstan/internal/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "capstan-bench:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: capstan-bench [flags]
+
+Runs the raw JetStream baseline and Capstan side by side on one embedded
+JetStream server (file storage) and reports calls/s and p50/p99/p99.9
+latency (publish → result received) for each scenario, at saturation and at
+a fixed moderate rate, with the Capstan/raw ratios. Scenarios:
+
+  raw-echo, capstan-echo, capstan-echo-traced     echo, -concurrency slots
+  raw-sleep10, capstan-sleep10                    echo sleep_ms=10, -sleep-concurrency slots
+
+each under the loads saturate and rate (e.g. -scenarios capstan-echo/saturate).
+
+Flags:
+`
+
+func run(ctx context.Context, args []string, _ func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("capstan-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	var cfg bench.Config
+	var scenarios, jsonPath, cpuProfile string
+	var quiet bool
+	fs.DurationVar(&cfg.Duration, "duration", 0, "measured time of each run (default 5s)")
+	fs.DurationVar(&cfg.Warmup, "warmup", 0, "load before each measurement (default 1s)")
+	fs.IntVar(&cfg.Repeats, "repeats", 0, "runs of every scenario, interleaved; medians and min–max are reported (default 3)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "worker slots and raw handlers for echo (default 64)")
+	fs.IntVar(&cfg.SleepConcurrency, "sleep-concurrency", 0, "worker slots and raw handlers for echo sleep_ms (default 256)")
+	fs.IntVar(&cfg.Outstanding, "outstanding", 0, "calls in flight at saturation, as a multiple of the slots (default 2)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "the moderate rate, calls/s (default 1000)")
+	fs.IntVar(&cfg.ArgBytes, "arg-bytes", 0, "size of each call's args; the result is about as large (default 1024)")
+	fs.IntVar(&cfg.SleepMS, "sleep-ms", 0, "echo sleep_ms of the I/O-bound scenarios (default 10)")
+	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenario names or prefixes (default all)")
+	fs.StringVar(&cfg.DataDir, "dir", "", "the embedded server's store (default a temporary directory, removed)")
+	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout, instead of the table)")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, worker and load) to this file")
+	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (capstan-bench takes only flags)", fs.Arg(0))
+	}
+	for s := range strings.SplitSeq(scenarios, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Scenarios = append(cfg.Scenarios, s)
+		}
+	}
+	if !quiet {
+		cfg.Progress = stderr
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if jsonPath != "-" {
+		if err := rep.WriteTable(stdout); err != nil {
+			return err
+		}
+	}
+	switch jsonPath {
+	case "":
+	case "-":
+		return rep.WriteJSON(stdout)
+	default:
+		f, err := os.Create(jsonPath)
+		if err != nil {
+			return fmt.Errorf("-json: %w", err)
+		}
+		if err := rep.WriteJSON(f); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("-json: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("-json: %w", err)
+		}
+	}
+	return nil
+}
