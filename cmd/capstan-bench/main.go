@@ -37,7 +37,9 @@ a fixed moderate rate, with the Capstan/raw ratios. Scenarios:
   raw-echo, capstan-echo, capstan-echo-traced     echo, -concurrency slots
   raw-sleep10, capstan-sleep10                    echo sleep_ms=10, -sleep-concurrency slots
 
-each under the loads saturate and rate (e.g. -scenarios capstan-echo/saturate).
+each under the loads saturate and rate. -scenarios selects by full name
+(capstan-echo/saturate), name without the load (capstan-echo), system (raw,
+capstan) or load (saturate, rate).
 
 Flags:
 `
@@ -61,7 +63,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.Float64Var(&cfg.Rate, "rate", 0, "the moderate rate, calls/s (default 1000)")
 	fs.IntVar(&cfg.ArgBytes, "arg-bytes", 0, "size of each call's args; the result is about as large (default 1024)")
 	fs.IntVar(&cfg.SleepMS, "sleep-ms", 0, "echo sleep_ms of the I/O-bound scenarios (default 10)")
-	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenario names or prefixes (default all)")
+	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios: names, names without the load, systems or loads (default all)")
 	fs.StringVar(&cfg.DataDir, "dir", "", "the embedded server's store (default a temporary directory, removed)")
 	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout, instead of the table)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, worker and load) to this file")

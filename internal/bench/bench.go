@@ -70,8 +70,9 @@ type Config struct {
 	ArgBytes int
 	// SleepMS is the echo sleep of the I/O-bound scenarios; default 10.
 	SleepMS int
-	// Scenarios selects scenarios by name ("capstan-echo/saturate") or by
-	// name prefix ("capstan-echo", "raw"); empty runs them all.
+	// Scenarios selects scenarios by name ("capstan-echo/saturate"), name
+	// without the load ("capstan-echo"), system ("raw", "capstan") or load
+	// ("saturate", "rate"); empty runs them all.
 	Scenarios []string
 	// DataDir holds the embedded server's store; default a temporary
 	// directory removed at the end.
@@ -192,7 +193,7 @@ func selected(s Scenario, names []string) bool {
 		return true
 	}
 	for _, n := range names {
-		if n == s.Name || n == s.Family() || strings.HasPrefix(s.Name, n) {
+		if n == s.Name || n == s.Family() || n == s.System || n == s.Load {
 			return true
 		}
 	}

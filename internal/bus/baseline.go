@@ -44,9 +44,9 @@ type BaselineConfig struct {
 // It has no policy, schema validation, lease, completion record, cancel
 // check, audit record, metrics, tracing or logging.
 type Baseline struct {
-	nc      *nats.Conn
-	iter    jetstream.MessagesContext
-	wg      sync.WaitGroup
+	nc   *nats.Conn
+	iter jetstream.MessagesContext
+	wg   sync.WaitGroup
 
 	mu    sync.Mutex
 	fails int
