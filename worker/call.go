@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
@@ -81,19 +82,6 @@ func (w *Worker) handle(m *bus.Msg) {
 		return
 	}
 
-	answered, err := w.answered(&call, m.Deliveries)
-	if err != nil {
-		w.retryLater(m, &call, err)
-		cs.outcome = "retry"
-		return
-	}
-	if answered {
-		// A redelivered call whose result was already published.
-		w.ack(m, call.CallID)
-		cs.outcome = "duplicate"
-		return
-	}
-
 	r := &running{seq: m.StreamSeq}
 	if ok, seq := w.inflight.add(call.CallID, r); !ok {
 		if seq != m.StreamSeq {
@@ -107,7 +95,23 @@ func (w *Worker) handle(m *bus.Msg) {
 		return
 	}
 	defer w.inflight.remove(call.CallID)
-	l, err := w.takeLease(call.CallID)
+	pre := w.readBeforeStart(&call, m.Deliveries)
+	r.recorded = pre.cancel
+	if pre.answeredErr != nil || pre.answered {
+		if pre.lease != nil {
+			pre.lease.release()
+		}
+		if pre.answeredErr != nil {
+			w.retryLater(m, &call, pre.answeredErr)
+			cs.outcome = "retry"
+			return
+		}
+		// A redelivered call whose result was already published.
+		w.ack(m, call.CallID)
+		cs.outcome = "duplicate"
+		return
+	}
+	l, err := pre.lease, pre.leaseErr
 	if errors.Is(err, bus.ErrKeyExists) {
 		// Another worker holds the lease: let it finish; look again later.
 		w.recordFailure(call.CallID, "call lease held by another worker")
@@ -137,6 +141,58 @@ func (w *Worker) handle(m *bus.Msg) {
 	default:
 		w.deliver(cctx, m, &call, o, l)
 	}
+}
+
+// beforeStart is what a worker must know before a call it registered as
+// running may start: whether it was answered already, its lease, and its
+// recorded cancel request.
+type beforeStart struct {
+	answered    bool
+	answeredErr error
+	lease       *lease
+	leaseErr    error
+	cancel      cancelRead
+}
+
+// readBeforeStart reads the call's completion record (answered), takes its
+// lease and reads its cancel record at once: three independent round trips
+// to the server, so a call waits for the slowest of them rather than their
+// sum. Each means what it meant read one after the other: the call is
+// already registered in w.inflight, so a cancel request arriving after the
+// cancel record was read reaches the call directly; a lease taken for a call
+// that turns out to be answered is released by the caller.
+func (w *Worker) readBeforeStart(call *protocol.Call, deliveries uint64) beforeStart {
+	var b beforeStart
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		b.answeredErr = recovered(func() (err error) {
+			b.answered, err = w.answered(call, deliveries)
+			return err
+		})
+	})
+	wg.Go(func() {
+		b.cancel.err = recovered(func() (err error) {
+			ctx, cancel := opCtx()
+			defer cancel()
+			b.cancel.reason, b.cancel.found, err = w.cancelled(ctx, call.CallID)
+			return err
+		})
+	})
+	b.lease, b.leaseErr = w.takeLease(call.CallID)
+	wg.Wait()
+	return b
+}
+
+// recovered runs fn on a goroutine of a call handler, whose own recover
+// cannot catch its panic: a panic becomes fn's error, an infrastructure
+// fault of the call.
+func recovered(fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("worker panicked while handling the call: %v", p)
+		}
+	}()
+	return fn()
 }
 
 // answered reports whether a call already has its result: its completion
@@ -259,7 +315,7 @@ func (w *Worker) publishResult(ctx context.Context, callID string, res protocol.
 	if err != nil {
 		return err
 	}
-	data, err := json.Marshal(res)
+	data, err := protocol.EncodeResult(&res)
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}
