@@ -103,7 +103,8 @@ func (l *lease) isLost() bool {
 }
 
 // release removes the lease if this worker still holds it (fenced by
-// revision, so a lease another worker took is never removed).
+// revision, so a lease another worker took is never removed), leaving a
+// marker that expires.
 func (l *lease) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -112,7 +113,10 @@ func (l *lease) release() {
 	}
 	ctx, cancel := opCtx()
 	defer cancel()
-	if err := l.w.kv.leases.DeleteRev(ctx, l.callID, l.rev); err != nil && !errors.Is(err, bus.ErrConflict) {
+	// A purge, not a delete: a delete leaves a marker that the bucket keeps
+	// for ever (one per call ever run), a purge's marker expires after
+	// bus.LeaseMarkerTTL. Both are fenced by revision.
+	if err := l.w.kv.leases.Purge(ctx, l.callID, l.rev, bus.LeaseMarkerTTL); err != nil && !errors.Is(err, bus.ErrConflict) {
 		// It expires by itself within its TTL.
 		l.w.log.Warn("cannot release call lease", "call_id", l.callID, "error", err)
 	}
