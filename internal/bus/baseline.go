@@ -36,17 +36,18 @@ type BaselineConfig struct {
 // importer of nats.go.
 //
 // On its own connection it consumes <p>.call.<pool>.> with a durable pull
-// consumer (explicit ack) through Consumer.Messages with Concurrency
-// handlers; each handler decodes the call's call_id, batch_id, tool and
+// consumer (explicit ack), fetching as many calls as it has free handlers
+// (Concurrency), as the worker does, each handled on its own goroutine; a
+// handler decodes the call's call_id, batch_id, tool and
 // args.text (and waits args.sleep_ms, like echo), publishes an ok result
 // carrying the text to <p>.result.<batch>.<call> on the results stream with
 // Nats-Msg-Id <call>.result, waits for the stream's ack, and acks the call.
 // It has no policy, schema validation, lease, completion record, cancel
 // check, audit record, metrics, tracing or logging.
 type Baseline struct {
-	nc   *nats.Conn
-	iter jetstream.MessagesContext
-	wg   sync.WaitGroup
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu    sync.Mutex
 	fails int
@@ -99,24 +100,59 @@ func StartBaseline(ctx context.Context, cfg BaselineConfig) (*Baseline, error) {
 		nc.Close()
 		return nil, fmt.Errorf("baseline: consumer %s: %w", cfg.Pool, err)
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency))
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("baseline: consume: %w", err)
-	}
-	b := &Baseline{nc: nc, iter: iter}
-	for range cfg.Concurrency {
-		b.wg.Go(func() {
-			for {
-				m, err := iter.Next()
-				if err != nil {
-					return // stopped
-				}
-				b.handle(js, names, m)
-			}
-		})
-	}
+	runCtx, stop := context.WithCancel(context.Background())
+	b := &Baseline{nc: nc, cancel: stop}
+	b.wg.Go(func() { b.pull(runCtx, js, names, cons, cfg.Concurrency) })
 	return b, nil
+}
+
+// pull fetches as many calls as there are free handlers and hands each to
+// a handler goroutine, until ctx ends.
+func (b *Baseline) pull(ctx context.Context, js jetstream.JetStream, names protocol.Names, cons jetstream.Consumer, concurrency int) {
+	slots := make(chan struct{}, concurrency)
+	var handlers sync.WaitGroup
+	defer handlers.Wait()
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	more:
+		for n < concurrency {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		got := 0
+		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
+		if err == nil {
+			for m := range batch.Messages() {
+				got++
+				handlers.Go(func() {
+					defer func() { <-slots }()
+					b.handle(js, names, m)
+				})
+			}
+		}
+		cancel()
+		for range n - got {
+			<-slots
+		}
+		if err != nil && ctx.Err() == nil {
+			b.fail(fmt.Errorf("fetch: %w", err))
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }
 
 // baselineCall is the part of a call the baseline reads.
@@ -200,7 +236,7 @@ func (b *Baseline) Failures() (int, error) {
 
 // Stop stops consuming, waits for the handlers and closes the connection.
 func (b *Baseline) Stop() {
-	b.iter.Stop()
+	b.cancel()
 	b.wg.Wait()
 	b.nc.Close()
 }
