@@ -124,34 +124,39 @@ func (l *lease) release() {
 
 // heartbeat keeps a running call's delivery (InProgress) and lease alive
 // until stopped. When the lease is lost, the call is cancelled with
-// errLeaseLost.
+// errLeaseLost. It uses a timer, not a goroutine: most calls end before
+// their first heartbeat. stop waits for a heartbeat under way.
 func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *running) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(w.timing.Heartbeat())
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = m.InProgress()
-				held, err := l.refresh()
-				if !held {
-					w.log.Warn("call lease lost; another worker runs the call", "call_id", l.callID)
-					r.cancel(errLeaseLost)
-					return
-				}
-				if err != nil {
-					w.log.Warn("cannot refresh call lease", "call_id", l.callID, "error", err)
-				}
-			}
+	var mu sync.Mutex // held by a heartbeat under way and by stop
+	stopped := false
+	var t *time.Timer
+	beat := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { close(done); <-finished }) }
+		_ = m.InProgress()
+		held, err := l.refresh()
+		if !held {
+			w.log.Warn("call lease lost; another worker runs the call", "call_id", l.callID)
+			r.cancel(errLeaseLost)
+			return
+		}
+		if err != nil {
+			w.log.Warn("cannot refresh call lease", "call_id", l.callID, "error", err)
+		}
+		t.Reset(w.timing.Heartbeat())
+	}
+	mu.Lock()
+	t = time.AfterFunc(w.timing.Heartbeat(), beat)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // sleepOrDone waits d, or less when ctx ends or the lease is lost.
