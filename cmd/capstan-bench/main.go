@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 		fs.PrintDefaults()
 	}
 	var cfg bench.Config
-	var scenarios, jsonPath, cpuProfile string
+	var scenarios, jsonPath, cpuProfile, memProfile string
 	var quiet bool
 	fs.DurationVar(&cfg.Duration, "duration", 0, "measured time of each run (default 5s)")
 	fs.DurationVar(&cfg.Warmup, "warmup", 0, "load before each measurement (default 1s)")
@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.StringVar(&cfg.DataDir, "dir", "", "the embedded server's store (default a temporary directory, removed)")
 	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout, instead of the table)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, worker and load) to this file")
+	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -100,6 +101,11 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	if err != nil {
 		return err
 	}
+	if memProfile != "" {
+		if err := writeProfile("allocs", memProfile); err != nil {
+			return fmt.Errorf("-memprofile: %w", err)
+		}
+	}
 	if jsonPath != "-" {
 		if err := rep.WriteTable(stdout); err != nil {
 			return err
@@ -123,4 +129,17 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 		}
 	}
 	return nil
+}
+
+// writeProfile writes the named runtime profile to path.
+func writeProfile(name, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
