@@ -45,6 +45,7 @@ func TestRunSmoke(t *testing.T) {
 		require.Greater(t, r.CallBytes, int64(256), "%s: args of 256 bytes in a call envelope", s.Name)
 		require.Less(t, r.CallBytes, int64(256+160), s.Name)
 		require.Greater(t, r.ResultBytes, int64(200), "%s: the result carries the text back", s.Name)
+		require.Positive(t, r.AllocBytesPerCall, s.Name)
 		require.Equal(t, s.CallsPerSec.Median, s.CallsPerSec.Min, "one run: median = min = max")
 		if s.Tracing {
 			require.Positive(t, r.SpansExported, "%s: spans reach the exporter", s.Name)

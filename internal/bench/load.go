@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -189,6 +190,8 @@ func (g *load) run(ctx context.Context, warmup, d time.Duration) (RunResult, err
 		return RunResult{}, err
 	}
 	start := time.Now()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
 	g.from = start.Add(warmup)
 	g.to = g.from.Add(d)
 	hard, cancel := context.WithDeadline(ctx, g.to.Add(drainTimeout))
@@ -208,6 +211,8 @@ func (g *load) run(ctx context.Context, warmup, d time.Duration) (RunResult, err
 	}
 	tick.Stop()
 	stop()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
 	if err := ctx.Err(); err != nil {
 		return RunResult{}, err
 	}
@@ -215,7 +220,13 @@ func (g *load) run(ctx context.Context, warmup, d time.Duration) (RunResult, err
 		g.failures.Add(n)
 		g.fail(fmt.Sprintf("%d results missing %s after the run", n, drainTimeout))
 	}
-	return g.result(d), nil
+	r := g.result(d)
+	r.GCCycles = after.NumGC - before.NumGC
+	r.GCPauseMS = float64(after.PauseTotalNs-before.PauseTotalNs) / 1e6
+	if n := g.published.Load(); n > 0 {
+		r.AllocBytesPerCall = int64(after.TotalAlloc-before.TotalAlloc) / n
+	}
+	return r, nil
 }
 
 // saturate keeps s.Outstanding calls in flight until the window ends.

@@ -95,6 +95,13 @@ type RunResult struct {
 	// scenarios).
 	SpansExported uint64 `json:"spans_exported,omitempty"`
 	SpansDropped  uint64 `json:"spans_dropped,omitempty"`
+	// GCCycles, GCPauseMS and AllocBytesPerCall describe the Go garbage
+	// collector over the whole run (warm-up and stragglers included) of the
+	// one process that holds the server, the system under test and the
+	// load generator; bytes allocated are per call published.
+	GCCycles          uint32  `json:"gc_cycles"`
+	GCPauseMS         float64 `json:"gc_pause_ms"`
+	AllocBytesPerCall int64   `json:"alloc_bytes_per_call"`
 }
 
 // Stat is the median of a measure over the repeats and its spread.
