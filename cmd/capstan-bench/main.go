@@ -4,16 +4,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/capstanhq/capstan/internal/bench"
 )
@@ -53,7 +56,8 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	}
 	var cfg bench.Config
 	var scenarios, jsonPath, cpuProfile, memProfile string
-	var quiet bool
+	var quiet, serverProcess bool
+	var serveDir string
 	fs.DurationVar(&cfg.Duration, "duration", 0, "measured time of each run (default 5s)")
 	fs.DurationVar(&cfg.Warmup, "warmup", 0, "load before each measurement (default 1s)")
 	fs.IntVar(&cfg.Repeats, "repeats", 0, "runs of every scenario, interleaved; medians and min–max are reported (default 3)")
@@ -69,6 +73,8 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, worker and load) to this file")
 	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	fs.BoolVar(&serverProcess, "server-process", false, "run the embedded server in a child process, so the garbage collector of the benchmark's process does not mark the server's heap")
+	fs.StringVar(&serveDir, "serve", "", "run only the embedded server, storing in this directory, print its URL and serve until stdin closes (what -server-process runs)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -77,6 +83,9 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (capstan-bench takes only flags)", fs.Arg(0))
+	}
+	if serveDir != "" {
+		return bench.Serve(ctx, serveDir, os.Stdin, stdout)
 	}
 	for s := range strings.SplitSeq(scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -96,6 +105,14 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 			return fmt.Errorf("-cpuprofile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if serverProcess {
+		url, stop, err := startServerProcess(ctx, cfg.DataDir, stderr)
+		if err != nil {
+			return fmt.Errorf("-server-process: %w", err)
+		}
+		defer stop()
+		cfg.ServerURL = url
 	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
@@ -142,4 +159,58 @@ func writeProfile(name, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// startServerProcess runs this program with -serve in a child process and
+// returns the server's URL and a function that stops the child (by closing
+// its stdin) and waits for it. dir "" stores in a temporary directory,
+// removed by stop.
+func startServerProcess(ctx context.Context, dir string, stderr io.Writer) (url string, stop func(), err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() {}
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "capstan-bench-server-")
+		if err != nil {
+			return "", nil, err
+		}
+		dir, cleanup = tmp, func() { _ = os.RemoveAll(tmp) }
+	}
+	cmd := exec.CommandContext(ctx, exe, "-serve", dir)
+	cmd.Stderr = stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	stop = func() {
+		_ = in.Close()
+		_ = cmd.Wait()
+		cleanup()
+	}
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(out).ReadString('\n')
+		line <- strings.TrimSpace(s)
+	}()
+	select {
+	case url = <-line:
+	case <-time.After(30 * time.Second):
+	}
+	if !strings.HasPrefix(url, "nats://") {
+		stop()
+		return "", nil, fmt.Errorf("the server process printed no URL within 30s (got %q)", url)
+	}
+	return url, stop, nil
 }

@@ -77,6 +77,10 @@ type Config struct {
 	// DataDir holds the embedded server's store; default a temporary
 	// directory removed at the end.
 	DataDir string
+	// ServerURL, when set, is a JetStream server to use instead of starting
+	// the embedded one in this process (capstan-bench -server-process starts
+	// it in a child process, so that its heap is not this process's).
+	ServerURL string
 	// Progress receives one line per run; nil is silent.
 	Progress io.Writer
 }
@@ -212,7 +216,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("bench: no scenario matches %q", cfg.Scenarios)
 	}
 	dir := cfg.DataDir
-	if dir == "" {
+	if dir == "" && cfg.ServerURL == "" {
 		tmp, err := os.MkdirTemp("", "capstan-bench-")
 		if err != nil {
 			return nil, fmt.Errorf("bench: data dir: %w", err)
@@ -220,7 +224,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer func() { _ = os.RemoveAll(tmp) }()
 		dir = tmp
 	}
-	e, err := newEnv(ctx, dir)
+	e, err := newEnv(ctx, dir, cfg.ServerURL)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +262,7 @@ func reportConfig(cfg Config) ReportConfig {
 	return ReportConfig{
 		Duration: Duration(cfg.Duration), Warmup: Duration(cfg.Warmup), Repeats: cfg.Repeats,
 		Concurrency: cfg.Concurrency, SleepConcurrency: cfg.SleepConcurrency, OutstandingFactor: cfg.Outstanding,
-		Rate: cfg.Rate, ArgBytes: cfg.ArgBytes, SleepMS: cfg.SleepMS, Storage: "file",
+		Rate: cfg.Rate, ArgBytes: cfg.ArgBytes, SleepMS: cfg.SleepMS, Storage: "file", ServerInProcess: cfg.ServerURL == "",
 		Scenarios: slices.Clone(cfg.Scenarios), Personality: personalityID, Tool: "echo", Prefix: protocol.DefaultPrefix,
 	}
 }

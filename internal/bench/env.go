@@ -41,26 +41,34 @@ process: {allow: []}
 budget: {result_chars: 80000}
 `
 
-// env is the embedded server and the load generator's connection.
+// env is the server and the load generator's connection.
 type env struct {
-	srv   *bus.Server
+	url   string
+	srv   *bus.Server // nil when the server is not this process's
 	conn  *bus.Conn
 	names protocol.Names
 }
 
-func newEnv(ctx context.Context, dir string) (*env, error) {
-	srv, err := bus.StartServer(bus.ServerConfig{DataDir: dir, Port: -1})
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+// newEnv starts the embedded server storing in dir, or uses the one at url.
+func newEnv(ctx context.Context, dir, url string) (*env, error) {
+	e := &env{url: url}
+	if url == "" {
+		srv, err := bus.StartServer(bus.ServerConfig{DataDir: dir, Port: -1})
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		e.srv, e.url = srv, srv.ClientURL()
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := bus.Connect(cctx, bus.Config{URL: srv.ClientURL(), Name: "capstan-bench load"})
+	conn, err := bus.Connect(cctx, bus.Config{URL: e.url, Name: "capstan-bench load"})
 	if err != nil {
-		srv.Shutdown()
+		if e.srv != nil {
+			e.srv.Shutdown()
+		}
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	e := &env{srv: srv, conn: conn, names: conn.Names()}
+	e.conn, e.names = conn, conn.Names()
 	kv, err := conn.KV(cctx, bus.Personalities)
 	if err == nil {
 		_, err = kv.Put(cctx, personalityID, []byte(personality))
@@ -74,7 +82,9 @@ func newEnv(ctx context.Context, dir string) (*env, error) {
 
 func (e *env) close() {
 	e.conn.Close()
-	e.srv.Shutdown()
+	if e.srv != nil {
+		e.srv.Shutdown()
+	}
 }
 
 // system is a running system under test.
@@ -87,7 +97,7 @@ type system struct {
 // start starts the system of s: the raw baseline, or a worker hosting echo.
 func (e *env) start(ctx context.Context, s Scenario) (*system, error) {
 	if s.System == Raw {
-		b, err := bus.StartBaseline(ctx, bus.BaselineConfig{URL: e.srv.ClientURL(), Pool: rawPool, Concurrency: s.Concurrency})
+		b, err := bus.StartBaseline(ctx, bus.BaselineConfig{URL: e.url, Pool: rawPool, Concurrency: s.Concurrency})
 		if err != nil {
 			return nil, err
 		}
@@ -116,7 +126,7 @@ func (e *env) start(ctx context.Context, s Scenario) (*system, error) {
 	// manual reader too); a production worker logs one JSON line per call.
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	w, err := worker.New(worker.Config{
-		NATSURL:        e.srv.ClientURL(),
+		NATSURL:        e.url,
 		Pool:           capstanPool,
 		WorkerID:       "bench-worker",
 		Concurrency:    s.Concurrency,
@@ -196,4 +206,29 @@ func (e *env) measure(ctx context.Context, cfg Config, s Scenario, batch string)
 		return RunResult{}, err
 	}
 	return res, nil
+}
+
+// Serve runs the embedded server alone, storing in dir, for a benchmark in
+// another process (capstan-bench -server-process): it writes the server's
+// URL as one line to out, then serves until in reaches its end (the parent
+// closed it or died) or ctx ends.
+func Serve(ctx context.Context, dir string, in io.Reader, out io.Writer) error {
+	srv, err := bus.StartServer(bus.ServerConfig{DataDir: dir, Port: -1})
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer srv.Shutdown()
+	if _, err := fmt.Fprintln(out, srv.ClientURL()); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, in)
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+	}
+	return nil
 }

@@ -59,6 +59,7 @@ type ReportConfig struct {
 	ArgBytes          int      `json:"arg_bytes"`
 	SleepMS           int      `json:"sleep_ms"`
 	Storage           string   `json:"storage"`
+	ServerInProcess   bool     `json:"server_in_process"`
 	Scenarios         []string `json:"scenarios,omitempty"`
 	Personality       string   `json:"personality"`
 	Tool              string   `json:"tool"`
@@ -247,8 +248,12 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // targets.
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "capstan-bench: %d repeats of %s (after %s warm-up), %d CPUs, %s, nats-server %s, file storage, %d-byte args\n\n",
-		r.Config.Repeats, time.Duration(r.Config.Duration), time.Duration(r.Config.Warmup), r.CPUs, r.GoVersion, r.NATSServer, r.Config.ArgBytes)
+	where := "in this process"
+	if !r.Config.ServerInProcess {
+		where = "in its own process"
+	}
+	fmt.Fprintf(&b, "capstan-bench: %d repeats of %s (after %s warm-up), %d CPUs, %s, nats-server %s %s, file storage, %d-byte args\n\n",
+		r.Config.Repeats, time.Duration(r.Config.Duration), time.Duration(r.Config.Warmup), r.CPUs, r.GoVersion, r.NATSServer, where, r.Config.ArgBytes)
 	tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tslots\tload\tcalls/s (min–max)\tp50 ms\tp99 ms\tp99.9 ms\terrors\t")
 	for _, s := range r.Scenarios {
