@@ -183,6 +183,14 @@ func (w *Worker) readBeforeStart(call *protocol.Call, deliveries uint64) beforeS
 	return b
 }
 
+// alongside runs fn, one of a call's bus operations run on a goroutine of
+// its own, and logs a panic rather than let it end the worker.
+func (w *Worker) alongside(what, callID string, fn func()) {
+	if err := recovered(func() error { fn(); return nil }); err != nil {
+		w.log.Error("cannot "+what, "call_id", callID, "error", err)
+	}
+}
+
 // recovered runs fn on a goroutine of a call handler, whose own recover
 // cannot catch its panic: a panic becomes fn's error, an infrastructure
 // fault of the call.
@@ -264,7 +272,7 @@ func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 		sleepOrDone(w.execBase, l, delay)
 		delay = min(delay*2, 5*time.Second)
 	}
-	w.completed(ctx, m, call, o)
+	w.completed(ctx, m, call, o, l)
 }
 
 // finish answers a call that was never run (refused before execution, or
@@ -277,7 +285,7 @@ func (w *Worker) finish(ctx context.Context, m *bus.Msg, call *protocol.Call, o 
 		setOutcome(ctx, "retry")
 		return
 	}
-	w.completed(ctx, m, call, o)
+	w.completed(ctx, m, call, o, nil)
 }
 
 // publish stamps the result with this worker and the delivery count and
@@ -289,12 +297,23 @@ func (w *Worker) publish(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 }
 
 // completed records completion of a call whose result is out, acks it,
-// writes its audit record, records it in the metrics and its span, and logs
-// its outcome (with the trace id of ctx's span).
-func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome) {
+// writes its audit record, releases its lease l (nil for a call never run),
+// records it in the metrics and its span, and logs its outcome (with the
+// trace id of ctx's span).
+//
+// The audit record depends on nothing but the result, so it is written
+// while completion is recorded; the ack and the lease release both wait for
+// the completion record (a redelivery must find it) and then go out
+// together: two round trips to the server after the result instead of four.
+func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome, l *lease) {
+	var wg sync.WaitGroup
+	wg.Go(func() { w.alongside("write audit record", call.CallID, func() { w.audit(call, o, int(m.Deliveries)) }) })
 	w.recordCompletion(call.CallID)
+	if l != nil {
+		wg.Go(func() { w.alongside("release call lease", call.CallID, l.release) })
+	}
 	w.ack(m, call.CallID)
-	w.audit(call, o, int(m.Deliveries))
+	wg.Wait()
 	w.recordAnswer(ctx, call, o)
 	lvl := slog.LevelInfo
 	if !o.result.OK {

@@ -30,7 +30,10 @@ type lease struct {
 	rev     uint64
 	written time.Time // when the last successful write was sent
 	lost    bool
-	lostCh  chan struct{}
+	// released: the lease was let go (or its release tried); a heartbeat
+	// after that must not take it again.
+	released bool
+	lostCh   chan struct{}
 }
 
 // takeLease creates the lease of callID. It returns bus.ErrKeyExists when
@@ -57,6 +60,9 @@ func (l *lease) refresh() (held bool, err error) {
 	defer l.mu.Unlock()
 	if l.lost {
 		return false, nil
+	}
+	if l.released {
+		return true, nil // the call is over; nothing to keep alive
 	}
 	ctx, cancel := opCtx()
 	defer cancel()
@@ -104,13 +110,14 @@ func (l *lease) isLost() bool {
 
 // release removes the lease if this worker still holds it (fenced by
 // revision, so a lease another worker took is never removed), leaving a
-// marker that expires.
+// marker that expires. Only the first call does anything.
 func (l *lease) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lost {
+	if l.lost || l.released {
 		return
 	}
+	l.released = true
 	ctx, cancel := opCtx()
 	defer cancel()
 	// A purge, not a delete: a delete leaves a marker that the bucket keeps
