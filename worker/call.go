@@ -82,6 +82,19 @@ func (w *Worker) handle(m *bus.Msg) {
 		return
 	}
 
+	answered, err := w.answered(&call, m.Deliveries)
+	if err != nil {
+		w.retryLater(m, &call, err)
+		cs.outcome = "retry"
+		return
+	}
+	if answered {
+		// A redelivered call whose result was already published.
+		w.ack(m, call.CallID)
+		cs.outcome = "duplicate"
+		return
+	}
+
 	r := &running{seq: m.StreamSeq}
 	if ok, seq := w.inflight.add(call.CallID, r); !ok {
 		if seq != m.StreamSeq {
@@ -95,23 +108,10 @@ func (w *Worker) handle(m *bus.Msg) {
 		return
 	}
 	defer w.inflight.remove(call.CallID)
-	pre := w.readBeforeStart(&call, m.Deliveries)
-	r.recorded = pre.cancel
-	if pre.answeredErr != nil || pre.answered {
-		if pre.lease != nil {
-			pre.lease.release()
-		}
-		if pre.answeredErr != nil {
-			w.retryLater(m, &call, pre.answeredErr)
-			cs.outcome = "retry"
-			return
-		}
-		// A redelivered call whose result was already published.
-		w.ack(m, call.CallID)
-		cs.outcome = "duplicate"
-		return
-	}
-	l, err := pre.lease, pre.leaseErr
+	// The completion record, the lease and (in admit) the cancel record are
+	// read one after the other: read at once, they made calls likelier to be
+	// abandoned while a cluster regains its quorum (docs/benchmarks.md).
+	l, err := w.takeLease(call.CallID)
 	if errors.Is(err, bus.ErrKeyExists) {
 		// Another worker holds the lease: let it finish; look again later.
 		w.recordFailure(call.CallID, "call lease held by another worker")
@@ -143,46 +143,6 @@ func (w *Worker) handle(m *bus.Msg) {
 	}
 }
 
-// beforeStart is what a worker must know before a call it registered as
-// running may start: whether it was answered already, its lease, and its
-// recorded cancel request.
-type beforeStart struct {
-	answered    bool
-	answeredErr error
-	lease       *lease
-	leaseErr    error
-	cancel      cancelRead
-}
-
-// readBeforeStart reads the call's completion record (answered), takes its
-// lease and reads its cancel record at once: three independent round trips
-// to the server, so a call waits for the slowest of them rather than their
-// sum. Each means what it meant read one after the other: the call is
-// already registered in w.inflight, so a cancel request arriving after the
-// cancel record was read reaches the call directly; a lease taken for a call
-// that turns out to be answered is released by the caller.
-func (w *Worker) readBeforeStart(call *protocol.Call, deliveries uint64) beforeStart {
-	var b beforeStart
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		b.answeredErr = recovered(func() (err error) {
-			b.answered, err = w.answered(call, deliveries)
-			return err
-		})
-	})
-	wg.Go(func() {
-		b.cancel.err = recovered(func() (err error) {
-			ctx, cancel := opCtx()
-			defer cancel()
-			b.cancel.reason, b.cancel.found, err = w.cancelled(ctx, call.CallID)
-			return err
-		})
-	})
-	b.lease, b.leaseErr = w.takeLease(call.CallID)
-	wg.Wait()
-	return b
-}
-
 // alongside runs fn, one of a call's bus operations run on a goroutine of
 // its own, and logs a panic rather than let it end the worker.
 func (w *Worker) alongside(what, callID string, fn func()) {
@@ -192,8 +152,7 @@ func (w *Worker) alongside(what, callID string, fn func()) {
 }
 
 // recovered runs fn on a goroutine of a call handler, whose own recover
-// cannot catch its panic: a panic becomes fn's error, an infrastructure
-// fault of the call.
+// cannot catch its panic: a panic becomes fn's error.
 func recovered(fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {

@@ -38,13 +38,10 @@ func cancelReason(data []byte) string {
 // before the call's context exists is kept and applied when it is created.
 type running struct {
 	// seq is the stream sequence of the message being run.
-	seq uint64
-	// recorded is the call's cancel record, read before it starts
-	// (readBeforeStart) and checked by the pipeline's first gate.
-	recorded cancelRead
-	mu       sync.Mutex
-	cancelf  context.CancelCauseFunc
-	pending  error
+	seq     uint64
+	mu      sync.Mutex
+	cancelf context.CancelCauseFunc
+	pending error
 }
 
 // setCancel installs the call's cancel function, applying an earlier request.
@@ -139,13 +136,6 @@ func (w *Worker) onCancel(subject string, _ bus.Header, data []byte) {
 		w.log.WarnContext(ctx, "cannot record cancel request", "call_id", id, "error", err)
 	}
 	w.inflight.cancel(id, &cancelError{reason: reason})
-}
-
-// cancelRead is the outcome of reading a call's cancel record.
-type cancelRead struct {
-	reason string
-	found  bool
-	err    error
 }
 
 // cancelled returns the recorded cancel reason of a call, if any.

@@ -64,12 +64,12 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running
 	if cause := r.pendingCause(); cause != nil {
 		return refuse(call, protocol.DecisionCancelled, protocol.CodeExecutionFailed, cause.Error())
 	}
-	// The cancel record was read once the call was registered as running
-	// (readBeforeStart); a request since then is r's pending cause.
-	if rec := r.recorded; rec.err != nil {
-		return outcome{infra: fmt.Errorf("read cancel record: %w", rec.err)}
-	} else if rec.found {
-		return refuse(call, protocol.DecisionCancelled, protocol.CodeExecutionFailed, "cancelled: "+rec.reason)
+	reason, found, err := w.cancelled(ctx, call.CallID)
+	if err != nil {
+		return outcome{infra: fmt.Errorf("read cancel record: %w", err)}
+	}
+	if found {
+		return refuse(call, protocol.DecisionCancelled, protocol.CodeExecutionFailed, "cancelled: "+reason)
 	}
 	if call.Deadline != nil && time.Now().After(*call.Deadline) {
 		return refuse(call, protocol.DecisionDeadline, protocol.CodeExecutionFailed, "deadline exceeded before start")
