@@ -130,7 +130,8 @@ type Ratio struct {
 	Raw     string `json:"raw"`
 	// Throughput is Capstan's calls/s over raw's.
 	Throughput float64 `json:"throughput"`
-	// P50Delta, P99Delta and P999Delta are Capstan's latency minus raw's, ms.
+	// P50DeltaMS, P99DeltaMS and P999DeltaMS are Capstan's latency minus
+	// raw's, in milliseconds.
 	P50DeltaMS  float64 `json:"p50_delta_ms"`
 	P99DeltaMS  float64 `json:"p99_delta_ms"`
 	P999DeltaMS float64 `json:"p999_delta_ms"`
