@@ -108,7 +108,8 @@ func TestProgressByAudienceThroughARealWorker(t *testing.T) {
 	res := c.ExecuteParallel(ctxT(t), client.Turn{BatchID: "pb"}, []client.Call{{Tool: "echo", SessionID: "s",
 		Args: json.RawMessage(`{"text":"x","progress":[{"message":"for you","audience":"user"},{"message":"for us"}]}`)}})
 	require.True(t, res[0].OK)
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(all) == 2 }, 10*time.Second, 10*time.Millisecond)
+	// The two subscriptions are separate consumers: wait for both.
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(all) == 2 && len(user) > 0 }, 10*time.Second, 10*time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, user, 1, "a user subscriber never receives internal events")

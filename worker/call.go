@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
@@ -107,6 +108,9 @@ func (w *Worker) handle(m *bus.Msg) {
 		return
 	}
 	defer w.inflight.remove(call.CallID)
+	// The completion record, the lease and (in admit) the cancel record are
+	// read one after the other: read at once, they made calls likelier to be
+	// abandoned while a cluster regains its quorum (docs/benchmarks.md).
 	l, err := w.takeLease(call.CallID)
 	if errors.Is(err, bus.ErrKeyExists) {
 		// Another worker holds the lease: let it finish; look again later.
@@ -137,6 +141,25 @@ func (w *Worker) handle(m *bus.Msg) {
 	default:
 		w.deliver(cctx, m, &call, o, l)
 	}
+}
+
+// alongside runs fn, one of a call's bus operations run on a goroutine of
+// its own, and logs a panic rather than let it end the worker.
+func (w *Worker) alongside(what, callID string, fn func()) {
+	if err := recovered(func() error { fn(); return nil }); err != nil {
+		w.log.Error("cannot "+what, "call_id", callID, "error", err)
+	}
+}
+
+// recovered runs fn on a goroutine of a call handler, whose own recover
+// cannot catch its panic: a panic becomes fn's error.
+func recovered(fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("worker panicked while handling the call: %v", p)
+		}
+	}()
+	return fn()
 }
 
 // answered reports whether a call already has its result: its completion
@@ -208,7 +231,7 @@ func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 		sleepOrDone(w.execBase, l, delay)
 		delay = min(delay*2, 5*time.Second)
 	}
-	w.completed(ctx, m, call, o)
+	w.completed(ctx, m, call, o, l)
 }
 
 // finish answers a call that was never run (refused before execution, or
@@ -221,7 +244,7 @@ func (w *Worker) finish(ctx context.Context, m *bus.Msg, call *protocol.Call, o 
 		setOutcome(ctx, "retry")
 		return
 	}
-	w.completed(ctx, m, call, o)
+	w.completed(ctx, m, call, o, nil)
 }
 
 // publish stamps the result with this worker and the delivery count and
@@ -233,12 +256,23 @@ func (w *Worker) publish(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 }
 
 // completed records completion of a call whose result is out, acks it,
-// writes its audit record, records it in the metrics and its span, and logs
-// its outcome (with the trace id of ctx's span).
-func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome) {
+// writes its audit record, releases its lease l (nil for a call never run),
+// records it in the metrics and its span, and logs its outcome (with the
+// trace id of ctx's span).
+//
+// The audit record depends on nothing but the result, so it is written
+// while completion is recorded; the ack and the lease release both wait for
+// the completion record (a redelivery must find it) and then go out
+// together: two round trips to the server after the result instead of four.
+func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome, l *lease) {
+	var wg sync.WaitGroup
+	wg.Go(func() { w.alongside("write audit record", call.CallID, func() { w.audit(call, o, int(m.Deliveries)) }) })
 	w.recordCompletion(call.CallID)
+	if l != nil {
+		wg.Go(func() { w.alongside("release call lease", call.CallID, l.release) })
+	}
 	w.ack(m, call.CallID)
-	w.audit(call, o, int(m.Deliveries))
+	wg.Wait()
 	w.recordAnswer(ctx, call, o)
 	lvl := slog.LevelInfo
 	if !o.result.OK {
@@ -259,7 +293,7 @@ func (w *Worker) publishResult(ctx context.Context, callID string, res protocol.
 	if err != nil {
 		return err
 	}
-	data, err := json.Marshal(res)
+	data, err := protocol.EncodeResult(&res)
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}

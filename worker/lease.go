@@ -30,7 +30,10 @@ type lease struct {
 	rev     uint64
 	written time.Time // when the last successful write was sent
 	lost    bool
-	lostCh  chan struct{}
+	// released: the lease was let go (or its release tried); a heartbeat
+	// after that must not take it again.
+	released bool
+	lostCh   chan struct{}
 }
 
 // takeLease creates the lease of callID. It returns bus.ErrKeyExists when
@@ -57,6 +60,9 @@ func (l *lease) refresh() (held bool, err error) {
 	defer l.mu.Unlock()
 	if l.lost {
 		return false, nil
+	}
+	if l.released {
+		return true, nil // the call is over; nothing to keep alive
 	}
 	ctx, cancel := opCtx()
 	defer cancel()
@@ -103,16 +109,21 @@ func (l *lease) isLost() bool {
 }
 
 // release removes the lease if this worker still holds it (fenced by
-// revision, so a lease another worker took is never removed).
+// revision, so a lease another worker took is never removed), leaving a
+// marker that expires. Only the first call does anything.
 func (l *lease) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lost {
+	if l.lost || l.released {
 		return
 	}
+	l.released = true
 	ctx, cancel := opCtx()
 	defer cancel()
-	if err := l.w.kv.leases.DeleteRev(ctx, l.callID, l.rev); err != nil && !errors.Is(err, bus.ErrConflict) {
+	// A purge, not a delete: a delete leaves a marker that the bucket keeps
+	// for ever (one per call ever run), a purge's marker expires after
+	// bus.LeaseMarkerTTL. Both are fenced by revision.
+	if err := l.w.kv.leases.Purge(ctx, l.callID, l.rev, bus.LeaseMarkerTTL); err != nil && !errors.Is(err, bus.ErrConflict) {
 		// It expires by itself within its TTL.
 		l.w.log.Warn("cannot release call lease", "call_id", l.callID, "error", err)
 	}
@@ -120,34 +131,39 @@ func (l *lease) release() {
 
 // heartbeat keeps a running call's delivery (InProgress) and lease alive
 // until stopped. When the lease is lost, the call is cancelled with
-// errLeaseLost.
+// errLeaseLost. It uses a timer, not a goroutine: most calls end before
+// their first heartbeat. stop waits for a heartbeat under way.
 func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *running) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(w.timing.Heartbeat())
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = m.InProgress()
-				held, err := l.refresh()
-				if !held {
-					w.log.Warn("call lease lost; another worker runs the call", "call_id", l.callID)
-					r.cancel(errLeaseLost)
-					return
-				}
-				if err != nil {
-					w.log.Warn("cannot refresh call lease", "call_id", l.callID, "error", err)
-				}
-			}
+	var mu sync.Mutex // held by a heartbeat under way and by stop
+	stopped := false
+	var t *time.Timer
+	beat := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { close(done); <-finished }) }
+		_ = m.InProgress()
+		held, err := l.refresh()
+		if !held {
+			w.log.Warn("call lease lost; another worker runs the call", "call_id", l.callID)
+			r.cancel(errLeaseLost)
+			return
+		}
+		if err != nil {
+			w.log.Warn("cannot refresh call lease", "call_id", l.callID, "error", err)
+		}
+		t.Reset(w.timing.Heartbeat())
+	}
+	mu.Lock()
+	t = time.AfterFunc(w.timing.Heartbeat(), beat)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // sleepOrDone waits d, or less when ctx ends or the lease is lost.

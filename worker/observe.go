@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,11 @@ type observer struct {
 	tracer trace.Tracer
 	// busy counts the deliveries being handled (each holds a slot).
 	busy atomic.Int64
+	// attrs holds the measurement options of the per-call metrics by their
+	// attribute values (attrKey), so that a call does not build, sort and
+	// hash the same attribute set again. The values are bounded: hosted
+	// tools or telemetry.OtherTool, outcomes, and a redelivery flag.
+	attrs sync.Map
 
 	calls       metric.Int64Counter
 	duration    metric.Float64Histogram
@@ -65,6 +71,31 @@ func newObserver(tp trace.TracerProvider, mp metric.MeterProvider) (*observer, e
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
 	return o, nil
+}
+
+// attrKey identifies the attribute set of a deliveries measurement
+// (delivery true: tool and redelivery) or of a calls and duration
+// measurement (tool and outcome).
+type attrKey struct {
+	delivery   bool
+	tool       string
+	outcome    string
+	redelivery bool
+}
+
+// measurement returns the cached measurement option of k.
+func (o *observer) measurement(k attrKey) metric.MeasurementOption {
+	if v, ok := o.attrs.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	var set attribute.Set
+	if k.delivery {
+		set = attribute.NewSet(telemetry.GenAIToolName.String(k.tool), telemetry.AttrRedelivery.Bool(k.redelivery))
+	} else {
+		set = attribute.NewSet(telemetry.GenAIToolName.String(k.tool), telemetry.AttrOutcome.String(k.outcome))
+	}
+	v, _ := o.attrs.LoadOrStore(k, metric.WithAttributeSet(set))
+	return v.(metric.MeasurementOption)
 }
 
 // callSpan is the consumer span of one delivery and what its end records.
@@ -119,7 +150,7 @@ func (w *Worker) startCall(m *bus.Msg) (context.Context, *callSpan) {
 	}
 	ctx, span := w.obs.tracer.Start(parent, "process "+m.Subject, opts...)
 	cs.span = span
-	w.obs.deliveries.Add(ctx, 1, metric.WithAttributes(telemetry.GenAIToolName.String(cs.tool), telemetry.AttrRedelivery.Bool(m.Deliveries > 1)))
+	w.obs.deliveries.Add(ctx, 1, w.obs.measurement(attrKey{delivery: true, tool: cs.tool, redelivery: m.Deliveries > 1}))
 	return context.WithValue(ctx, callSpanKey{}, cs), cs
 }
 
@@ -162,7 +193,7 @@ func (w *Worker) recordAnswer(ctx context.Context, call *protocol.Call, o outcom
 		outcome = string(o.result.Code)
 	}
 	toolName := w.metricTool(call.Tool)
-	attrs := metric.WithAttributes(telemetry.GenAIToolName.String(toolName), telemetry.AttrOutcome.String(outcome))
+	attrs := w.obs.measurement(attrKey{tool: toolName, outcome: outcome})
 	w.obs.calls.Add(ctx, 1, attrs)
 	if cs := callSpanFrom(ctx); cs != nil {
 		cs.outcome = outcome

@@ -44,8 +44,10 @@ type Worker struct {
 	limiter  *ratelimit.Limiter
 	inflight inflight
 	slots    chan struct{}
-	timing   bus.Timing
-	calls    sync.WaitGroup
+	// work hands fetched calls to the handler goroutines, one per slot.
+	work   chan *bus.Msg
+	timing bus.Timing
+	calls  sync.WaitGroup
 	// execBase is the parent of every call's context; it is cancelled with
 	// errShutdown when the shutdown grace ends.
 	execBase   context.Context
@@ -239,8 +241,22 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	w.log.InfoContext(ctx, "worker ready", "worker_id", w.cfg.WorkerID, "pool", w.cfg.Pool, "tools", len(w.order), "concurrency", w.cfg.Concurrency)
 	close(w.ready)
+	// One long-lived handler goroutine per slot: a goroutine started per
+	// call grows its stack from the start on every call, which cost a
+	// tenth of the worker's CPU at saturation (docs/benchmarks.md).
+	w.work = make(chan *bus.Msg)
+	var handlers sync.WaitGroup
+	for range w.cfg.Concurrency {
+		handlers.Go(func() {
+			for m := range w.work {
+				w.handle(m)
+			}
+		})
+	}
 	w.pull(ctx, cons)
 	w.drain()
+	close(w.work)
+	handlers.Wait()
 	return nil
 }
 
@@ -284,7 +300,9 @@ func (w *Worker) pull(ctx context.Context, cons *bus.PoolConsumer) {
 		}
 		got, err := cons.Fetch(ctx, n, time.Second, func(m *bus.Msg) {
 			w.calls.Add(1)
-			go w.handle(m)
+			// A handler is free or about to be: every fetched call holds
+			// one of the slots, and there is a handler per slot.
+			w.work <- m
 		})
 		for range n - got {
 			<-w.slots

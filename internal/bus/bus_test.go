@@ -400,3 +400,31 @@ func TestTimingIsDerivedFromAckWait(t *testing.T) {
 		require.Less(t, tm.LeaseTTL(), tc.ackWait, "a lease must expire before its call is redelivered")
 	}
 }
+
+// A lease released with a fenced delete leaves a marker the leases bucket
+// keeps for ever; a fenced purge with a marker TTL leaves nothing behind.
+func TestKVFencedPurgeLeavesNoMarker(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	kv, err := c.KV(ctxT(t), bus.Leases)
+	require.NoError(t, err)
+	rev, err := kv.Create(ctxT(t), "deleted", []byte("w1"), time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, kv.DeleteRev(ctxT(t), "deleted", rev))
+	rev, err = kv.Create(ctxT(t), "purged", []byte("w1"), time.Minute)
+	require.NoError(t, err)
+	require.ErrorIs(t, kv.Purge(ctxT(t), "purged", rev+100, time.Second), bus.ErrConflict, "fenced by revision")
+	require.NoError(t, kv.Purge(ctxT(t), "purged", rev, time.Second))
+	_, found, err := kv.Get(ctxT(t), "purged")
+	require.NoError(t, err)
+	require.False(t, found)
+	_, err = kv.Create(ctxT(t), "purged", []byte("w2"), time.Minute)
+	require.NoError(t, err, "a purged lease can be taken again at once")
+	e, _, err := kv.Get(ctxT(t), "purged")
+	require.NoError(t, err)
+	require.NoError(t, kv.Purge(ctxT(t), "purged", e.Revision, time.Second))
+	require.Eventually(t, func() bool {
+		n, err := c.StreamMsgs(ctxT(t), "KV_capstan_leases")
+		return err == nil && n == 1 // the delete marker of "deleted" only
+	}, 20*time.Second, 50*time.Millisecond)
+}

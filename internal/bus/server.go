@@ -78,3 +78,6 @@ func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 }
+
+// ServerVersion returns the version of the embedded nats-server.
+func ServerVersion() string { return server.VERSION }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+	"unicode/utf8"
 )
 
 // DecodeError reports why a call body was refused. Field names the offending
@@ -120,8 +121,8 @@ func (d *decoder) str(field string, required bool) string {
 	if v == nil {
 		return ""
 	}
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil {
+	s, ok := plainString(v)
+	if !ok && json.Unmarshal(v, &s) != nil {
 		d.fail(field, "must be a string")
 		return ""
 	}
@@ -144,12 +145,29 @@ func (d *decoder) object(field string, required bool) json.RawMessage {
 	if v == nil {
 		return nil
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(v, &m); err != nil {
+	// The body as a whole was validated as JSON by DecodeCall, so a value
+	// that starts with '{' is an object: no need to decode it again.
+	v = bytes.TrimSpace(v)
+	if v[0] != '{' {
 		d.fail(field, "must be a JSON object")
 		return nil
 	}
-	return bytes.TrimSpace(v)
+	return v
+}
+
+// plainString returns the string of a JSON string literal taken from a
+// validated document when it needs no decoding: no escape and valid UTF-8
+// (json.Unmarshal would replace invalid bytes). ok is false otherwise, and
+// the caller decodes it with json.Unmarshal.
+func plainString(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	body := v[1 : len(v)-1]
+	if bytes.IndexByte(body, '\\') >= 0 || !utf8.Valid(body) {
+		return "", false
+	}
+	return string(body), true
 }
 
 func (d *decoder) integer(field string, min int64) int64 {

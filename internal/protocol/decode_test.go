@@ -151,3 +151,20 @@ func FuzzDecodeCall(f *testing.F) {
 		}
 	})
 }
+
+func TestEncodeResultIsJSONMarshal(t *testing.T) {
+	t.Parallel()
+	cost := 0.25
+	for _, r := range []protocol.Result{
+		{CallID: "c", BatchID: "b", Tool: "echo", OK: true, Value: "<b>héllo</b> & \u2028 \xff", Code: "ignored", Error: "ignored", DurationMS: 3, WorkerID: "w", Deliveries: 2},
+		{CallID: "c", BatchID: "b", Tool: "echo", OK: true, Structured: json.RawMessage(`{"a": [1, 2]}`), CostUSD: &cost, Truncated: true, OriginalChars: 9, Untrusted: true},
+		{CallID: "c", BatchID: "b", Tool: "x", Code: protocol.CodeNotAvailable, Error: "Unknown tool: x", Value: "ignored", RetryAfterMS: 1500},
+		{},
+	} {
+		want, err := json.Marshal(r)
+		require.NoError(t, err)
+		got, err := protocol.EncodeResult(&r)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+	}
+}

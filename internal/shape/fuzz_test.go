@@ -186,3 +186,31 @@ func FuzzRedact(f *testing.F) {
 		}
 	})
 }
+
+// templateTokenRE is the one regexp StripTemplateTokens used to apply with
+// ReplaceAllLiteralString: the reference its faster, anchored scan must
+// agree with byte for byte.
+var templateTokenRE = regexp.MustCompile(
+	`(?i:<\|im_start\|>(?:[a-z][a-z0-9_-]*)?` +
+		`|<\|im_end\|>|<\|im_sep\|>|<\|begin_of_text\|>|<\|eot_id\|>` +
+		`|<\|start_header_id\|>|<\|end_header_id\|>` +
+		`|<<SYS>>|<</SYS>>|\[INST\]|\[/INST\]` +
+		`|<start_of_turn>|<end_of_turn>|<bos>|<eos>|</s>|<s>)` +
+		`|(?:\A|\r?\n)[ \t]*\r?\n(?:Human|Assistant):`)
+
+func FuzzStripTemplateTokensIsTheRegexp(f *testing.F) {
+	for _, s := range []string{
+		"", "plain", "<s>", "\nHuman: x", "\r\nAssistant: y", " \t\nHuman:", "a\n\nHuman: b", "a\r\n\r\nAssistant:",
+		"a\n\r\nHuman:", "a\n \n \nHuman:", "<|IM_START|>system\n\nHuman: hi<|im_end|>", "<<SYS>><</SYS>>[inst][/INST]",
+		"<|im_start|>", "<|im_start|>9", "<<s>>", "[[INST]]", "\n\n\nHuman:", "\r\r\nHuman:", "<s\n\nHuman:",
+		"x<start_of_turn>user\n<end_of_turn><BOS><eos></S>", "Human:\n\nHuman:\n\nAssistant:",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want := templateTokenRE.ReplaceAllLiteralString(s, shape.StrippedToken)
+		if got := shape.StripTemplateTokens(s); got != want {
+			t.Fatalf("StripTemplateTokens(%q) = %q, the regexp gives %q", s, got, want)
+		}
+	})
+}

@@ -12,19 +12,68 @@ const StrippedToken = "[STRIPPED-TEMPLATE-TOKEN]"
 // maxSourceChars caps the source attribute of the untrusted wrapper.
 const maxSourceChars = 256
 
-// templateTokenRE matches the chat-template tokens of tools.md step 15. The
+// The chat-template tokens of tools.md step 15, as regexp sources. The
 // listed tokens match in any letter case; <|im_start|> takes the role word
 // written right after it (<|im_start|>system) with it. The blank-line rule is
 // case-sensitive: a blank line (a line break, optional spaces or tabs, a line
 // break; at the very start of the text a leading empty line counts) followed
 // by "Human:" or "Assistant:", the blank line included in the match.
-var templateTokenRE = regexp.MustCompile(
-	`(?i:<\|im_start\|>(?:[a-z][a-z0-9_-]*)?` +
+const (
+	templateTokens = `(?i:<\|im_start\|>(?:[a-z][a-z0-9_-]*)?` +
 		`|<\|im_end\|>|<\|im_sep\|>|<\|begin_of_text\|>|<\|eot_id\|>` +
 		`|<\|start_header_id\|>|<\|end_header_id\|>` +
 		`|<<SYS>>|<</SYS>>|\[INST\]|\[/INST\]` +
-		`|<start_of_turn>|<end_of_turn>|<bos>|<eos>|</s>|<s>)` +
-		`|(?:\A|\r?\n)[ \t]*\r?\n(?:Human|Assistant):`)
+		`|<start_of_turn>|<end_of_turn>|<bos>|<eos>|</s>|<s>)`
+	blankLineAtStart = `\A[ \t]*\r?\n(?:Human|Assistant):`
+	blankLine        = `\r?\n[ \t]*\r?\n(?:Human|Assistant):`
+)
+
+// mayStartToken reports whether a match of tokenAtRE can start at s[i]: a
+// '<' or '[' followed by the next characters of some token, or a line break
+// followed by optional spaces or tabs and a second line break.
+func mayStartToken(s string, i int) bool {
+	at := func(j int, set string) bool { return j < len(s) && strings.IndexByte(set, s[j]) >= 0 }
+	switch s[i] {
+	case '\r', '\n':
+		j := i + 1
+		if s[i] == '\r' {
+			if !at(j, "\n") {
+				return false
+			}
+			j++
+		}
+		for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
+			j++
+		}
+		return at(j, "\r\n")
+	case '<':
+		switch {
+		case at(i+1, "|<"):
+			return true
+		case at(i+1, "/"): // </s>
+			return at(i+2, "sS")
+		case at(i+1, "sS"): // <s>, <start_of_turn>
+			return at(i+2, ">tT")
+		case at(i+1, "eE"): // <eos>, <end_of_turn>
+			return at(i+2, "oOnN")
+		case at(i+1, "bB"): // <bos>
+			return at(i+2, "oO")
+		}
+		return false
+	case '[':
+		return at(i+1, "/iI")
+	}
+	return false
+}
+
+// tokenAtStartRE and tokenAtRE are templateTokenRE anchored at the start of
+// the text and at a later position. Every match of templateTokenRE starts at
+// the start of the text or at a '<', '[', '\r' or '\n', and at such a
+// position the anchored form picks the match templateTokenRE would.
+var (
+	tokenAtStartRE = regexp.MustCompile(`\A(?:` + templateTokens + `|` + blankLineAtStart + `|` + blankLine + `)`)
+	tokenAtRE      = regexp.MustCompile(`\A(?:` + templateTokens + `|` + blankLine + `)`)
+)
 
 // untrustedTagRE matches the start of an <untrusted or </untrusted tag in any
 // letter case.
@@ -41,7 +90,38 @@ var untrustedTagRE = regexp.MustCompile(`(?i)<(/?untrusted)`)
 // spaces or tabs, and a line break (CR LF counts as one); an empty first line
 // counts too. The result contains no such token.
 func StripTemplateTokens(s string) string {
-	return templateTokenRE.ReplaceAllLiteralString(s, StrippedToken)
+	// The regexp engine tries templateTokenRE at every byte; only the start
+	// and the bytes a match can start with need trying.
+	var b strings.Builder
+	copied := 0
+	for i := 0; i < len(s); {
+		re := tokenAtRE
+		if i == 0 {
+			re = tokenAtStartRE
+		}
+		if i == 0 || mayStartToken(s, i) {
+			if loc := re.FindStringIndex(s[i:]); loc != nil {
+				if copied == 0 {
+					b.Grow(len(s) + len(StrippedToken))
+				}
+				b.WriteString(s[copied:i])
+				b.WriteString(StrippedToken)
+				i += loc[1] // a match is never empty
+				copied = i
+				continue
+			}
+		}
+		next := strings.IndexAny(s[i+1:], "<[\r\n")
+		if next < 0 {
+			break
+		}
+		i += 1 + next
+	}
+	if copied == 0 {
+		return s
+	}
+	b.WriteString(s[copied:])
+	return b.String()
 }
 
 // EscapeUntrustedTags replaces the '<' of every "<untrusted" and "</untrusted",

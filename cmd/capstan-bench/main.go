@@ -1,0 +1,216 @@
+// Command capstan-bench measures Capstan against a raw JetStream consumer in
+// one run on one embedded JetStream server and prints the comparison as a
+// table (and, with -json, as JSON). See docs/benchmarks.md.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "capstan-bench:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: capstan-bench [flags]
+
+Runs the raw JetStream baseline and Capstan side by side on one embedded
+JetStream server (file storage) and reports calls/s and p50/p99/p99.9
+latency (publish → result received) for each scenario, at saturation and at
+a fixed moderate rate, with the Capstan/raw ratios. Scenarios:
+
+  raw-echo, capstan-echo, capstan-echo-traced     echo, -concurrency slots
+  raw-sleep10, capstan-sleep10                    echo sleep_ms=10, -sleep-concurrency slots
+
+each under the loads saturate and rate. -scenarios selects by full name
+(capstan-echo/saturate), name without the load (capstan-echo), system (raw,
+capstan) or load (saturate, rate).
+
+Flags:
+`
+
+func run(ctx context.Context, args []string, _ func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("capstan-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	var cfg bench.Config
+	var scenarios, jsonPath, cpuProfile, memProfile string
+	var quiet, serverProcess bool
+	var serveDir string
+	fs.DurationVar(&cfg.Duration, "duration", 0, "measured time of each run (default 5s)")
+	fs.DurationVar(&cfg.Warmup, "warmup", 0, "load before each measurement (default 1s)")
+	fs.IntVar(&cfg.Repeats, "repeats", 0, "runs of every scenario, interleaved; medians and min–max are reported (default 3)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "worker slots and raw handlers for echo (default 64)")
+	fs.IntVar(&cfg.SleepConcurrency, "sleep-concurrency", 0, "worker slots and raw handlers for echo sleep_ms (default 256)")
+	fs.IntVar(&cfg.Outstanding, "outstanding", 0, "calls in flight at saturation, as a multiple of the slots (default 2)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "the moderate rate, calls/s (default 1000)")
+	fs.IntVar(&cfg.ArgBytes, "arg-bytes", 0, "size of each call's args; the result is about as large (default 1024)")
+	fs.IntVar(&cfg.SleepMS, "sleep-ms", 0, "echo sleep_ms of the I/O-bound scenarios (default 10)")
+	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios: names, names without the load, systems or loads (default all)")
+	fs.StringVar(&cfg.DataDir, "dir", "", "the embedded server's store (default a temporary directory, removed)")
+	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout, instead of the table)")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, worker and load) to this file")
+	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
+	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	fs.BoolVar(&serverProcess, "server-process", false, "run the embedded server in a child process, so the garbage collector of the benchmark's process does not mark the server's heap")
+	fs.StringVar(&serveDir, "serve", "", "run only the embedded server, storing in this directory, print its URL and serve until stdin closes (what -server-process runs)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (capstan-bench takes only flags)", fs.Arg(0))
+	}
+	if serveDir != "" {
+		return bench.Serve(ctx, serveDir, os.Stdin, stdout)
+	}
+	for s := range strings.SplitSeq(scenarios, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Scenarios = append(cfg.Scenarios, s)
+		}
+	}
+	if !quiet {
+		cfg.Progress = stderr
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if serverProcess {
+		url, stop, err := startServerProcess(ctx, cfg.DataDir, stderr)
+		if err != nil {
+			return fmt.Errorf("-server-process: %w", err)
+		}
+		defer stop()
+		cfg.ServerURL = url
+	}
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if memProfile != "" {
+		if err := writeProfile("allocs", memProfile); err != nil {
+			return fmt.Errorf("-memprofile: %w", err)
+		}
+	}
+	if jsonPath != "-" {
+		if err := rep.WriteTable(stdout); err != nil {
+			return err
+		}
+	}
+	switch jsonPath {
+	case "":
+	case "-":
+		return rep.WriteJSON(stdout)
+	default:
+		f, err := os.Create(jsonPath)
+		if err != nil {
+			return fmt.Errorf("-json: %w", err)
+		}
+		if err := rep.WriteJSON(f); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("-json: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("-json: %w", err)
+		}
+	}
+	return nil
+}
+
+// writeProfile writes the named runtime profile to path.
+func writeProfile(name, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// startServerProcess runs this program with -serve in a child process and
+// returns the server's URL and a function that stops the child (by closing
+// its stdin) and waits for it. dir "" stores in a temporary directory,
+// removed by stop.
+func startServerProcess(ctx context.Context, dir string, stderr io.Writer) (url string, stop func(), err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() {}
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "capstan-bench-server-")
+		if err != nil {
+			return "", nil, err
+		}
+		dir, cleanup = tmp, func() { _ = os.RemoveAll(tmp) }
+	}
+	cmd := exec.CommandContext(ctx, exe, "-serve", dir)
+	cmd.Stderr = stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	stop = func() {
+		_ = in.Close()
+		_ = cmd.Wait()
+		cleanup()
+	}
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(out).ReadString('\n')
+		line <- strings.TrimSpace(s)
+	}()
+	select {
+	case url = <-line:
+	case <-time.After(30 * time.Second):
+	}
+	if !strings.HasPrefix(url, "nats://") {
+		stop()
+		return "", nil, fmt.Errorf("the server process printed no URL within 30s (got %q)", url)
+	}
+	return url, stop, nil
+}

@@ -1,0 +1,268 @@
+// Package bench measures Capstan against a raw JetStream consumer, side by
+// side in one run on one embedded JetStream server (docs/benchmarks.md).
+//
+// Every scenario runs the same load against the same server, streams, file
+// storage, message sizes and concurrency: a load generator publishes calls
+// with the headers a client sends (Nats-Msg-Id, Capstan-Protocol and, when
+// traced, traceparent) and measures each call from just before its publish
+// to the moment its result arrives on an ordered consumer of the results
+// stream. The systems under test are bus.Baseline (the raw ceiling) and a
+// real worker.Worker hosting echo under a stored personality.
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
+)
+
+// Loads.
+const (
+	// Saturate keeps Outstanding calls in flight (a closed loop): as soon as
+	// a result arrives, the next call is published.
+	Saturate = "saturate"
+	// Rate publishes calls at a fixed rate (an open loop), whatever the
+	// results do.
+	Rate = "rate"
+)
+
+// Systems.
+const (
+	// Raw is bus.Baseline, the hand-written JetStream consumer.
+	Raw = "raw"
+	// Capstan is a worker.Worker running echo through the whole pipeline.
+	Capstan = "capstan"
+)
+
+// Config configures a benchmark run. The zero value of every field means
+// its default.
+type Config struct {
+	// Duration is how long each run is measured; default 5s.
+	Duration time.Duration
+	// Warmup runs the load before each measurement; default 1s.
+	Warmup time.Duration
+	// Repeats is how many times every scenario runs (interleaved, so noise
+	// spreads over all of them); default 3.
+	Repeats int
+	// Concurrency is the worker's slots and the raw consumer's handlers in
+	// the echo scenarios; default 64.
+	Concurrency int
+	// SleepConcurrency is the same for the sleep_ms=10 scenarios; default 256.
+	SleepConcurrency int
+	// Outstanding is how many calls a saturating load keeps in flight, as a
+	// multiple of the scenario's concurrency; default 2 (calls wait in the
+	// stream, so the system is never idle).
+	Outstanding int
+	// Rate is the moderate rate, calls per second; default 1000.
+	Rate float64
+	// ArgBytes is the size of a call's args object (its text makes the
+	// result about as large); default 1024.
+	ArgBytes int
+	// SleepMS is the echo sleep of the I/O-bound scenarios; default 10.
+	SleepMS int
+	// Scenarios selects scenarios by name ("capstan-echo/saturate"), name
+	// without the load ("capstan-echo"), system ("raw", "capstan") or load
+	// ("saturate", "rate"); empty runs them all.
+	Scenarios []string
+	// DataDir holds the embedded server's store; default a temporary
+	// directory removed at the end.
+	DataDir string
+	// ServerURL, when set, is a JetStream server to use instead of starting
+	// the embedded one in this process (capstan-bench -server-process starts
+	// it in a child process, so that its heap is not this process's).
+	ServerURL string
+	// Progress receives one line per run; nil is silent.
+	Progress io.Writer
+}
+
+func (c Config) withDefaults() Config {
+	c.Duration = cmp.Or(c.Duration, 5*time.Second)
+	c.Warmup = cmp.Or(c.Warmup, time.Second)
+	c.Repeats = cmp.Or(c.Repeats, 3)
+	c.Concurrency = cmp.Or(c.Concurrency, 64)
+	c.SleepConcurrency = cmp.Or(c.SleepConcurrency, 256)
+	c.Outstanding = cmp.Or(c.Outstanding, 2)
+	c.Rate = cmp.Or(c.Rate, 1000)
+	c.ArgBytes = cmp.Or(c.ArgBytes, 1024)
+	c.SleepMS = cmp.Or(c.SleepMS, 10)
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("duration must be positive, got %s", c.Duration))
+	}
+	if c.Warmup < 0 {
+		errs = append(errs, fmt.Errorf("warmup must not be negative, got %s", c.Warmup))
+	}
+	if c.Repeats < 1 {
+		errs = append(errs, fmt.Errorf("repeats must be at least 1, got %d", c.Repeats))
+	}
+	if c.Concurrency < 1 || c.SleepConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("concurrency must be at least 1, got %d and %d (sleep)", c.Concurrency, c.SleepConcurrency))
+	}
+	if c.Outstanding < 1 {
+		errs = append(errs, fmt.Errorf("outstanding must be at least 1, got %d", c.Outstanding))
+	}
+	if c.Rate <= 0 {
+		errs = append(errs, fmt.Errorf("rate must be positive, got %g", c.Rate))
+	}
+	if c.ArgBytes < 64 || c.ArgBytes > 512<<10 {
+		errs = append(errs, fmt.Errorf("arg bytes must be 64 to 524288, got %d", c.ArgBytes))
+	}
+	if c.SleepMS < 1 || c.SleepMS > 10000 {
+		errs = append(errs, fmt.Errorf("sleep ms must be 1 to 10000, got %d", c.SleepMS))
+	}
+	return errors.Join(errs...)
+}
+
+// Scenario is one system under one load.
+type Scenario struct {
+	// Name is "<system>-<tool>[-traced]/<load>", e.g. "capstan-echo-traced/rate".
+	Name string `json:"name"`
+	// System is Raw or Capstan.
+	System string `json:"system"`
+	// Tracing is true when the worker traces every call (always-on sampler)
+	// and the load generator sends a sampled traceparent.
+	Tracing bool `json:"tracing"`
+	// SleepMS is echo's sleep_ms (0: none).
+	SleepMS int `json:"sleep_ms"`
+	// Concurrency is the worker's slots or the raw consumer's handlers.
+	Concurrency int `json:"concurrency"`
+	// Load is Saturate or Rate.
+	Load string `json:"load"`
+	// Outstanding is the calls kept in flight (Saturate).
+	Outstanding int `json:"outstanding,omitempty"`
+	// Rate is the calls published per second (Rate).
+	Rate float64 `json:"rate,omitempty"`
+}
+
+// Family is the scenario's name without its load ("capstan-echo-traced").
+func (s Scenario) Family() string {
+	f, _, _ := strings.Cut(s.Name, "/")
+	return f
+}
+
+// Scenarios returns every scenario of cfg, in run order.
+func Scenarios(cfg Config) []Scenario {
+	cfg = cfg.withDefaults()
+	type family struct {
+		name    string
+		system  string
+		tracing bool
+		sleep   int
+		conc    int
+	}
+	sleep := fmt.Sprintf("sleep%d", cfg.SleepMS)
+	families := []family{
+		{"raw-echo", Raw, false, 0, cfg.Concurrency},
+		{"capstan-echo", Capstan, false, 0, cfg.Concurrency},
+		{"capstan-echo-traced", Capstan, true, 0, cfg.Concurrency},
+		{"raw-" + sleep, Raw, false, cfg.SleepMS, cfg.SleepConcurrency},
+		{"capstan-" + sleep, Capstan, false, cfg.SleepMS, cfg.SleepConcurrency},
+	}
+	var out []Scenario
+	for _, load := range []string{Saturate, Rate} {
+		for _, f := range families {
+			s := Scenario{Name: f.name + "/" + load, System: f.system, Tracing: f.tracing, SleepMS: f.sleep, Concurrency: f.conc, Load: load}
+			if load == Saturate {
+				s.Outstanding = f.conc * cfg.Outstanding
+			} else {
+				s.Rate = cfg.Rate
+			}
+			if selected(s, cfg.Scenarios) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func selected(s Scenario, names []string) bool {
+	if len(names) == 0 {
+		return true
+	}
+	for _, n := range names {
+		if n == s.Name || n == s.Family() || n == s.System || n == s.Load {
+			return true
+		}
+	}
+	return false
+}
+
+// Run runs every selected scenario Repeats times on one embedded server and
+// returns the report. Runs are interleaved: every scenario once, then again.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	scenarios := Scenarios(cfg)
+	if len(scenarios) == 0 {
+		return nil, fmt.Errorf("bench: no scenario matches %q", cfg.Scenarios)
+	}
+	dir := cfg.DataDir
+	if dir == "" && cfg.ServerURL == "" {
+		tmp, err := os.MkdirTemp("", "capstan-bench-")
+		if err != nil {
+			return nil, fmt.Errorf("bench: data dir: %w", err)
+		}
+		defer func() { _ = os.RemoveAll(tmp) }()
+		dir = tmp
+	}
+	e, err := newEnv(ctx, dir, cfg.ServerURL)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+
+	rep := &Report{
+		Started: time.Now().UTC(), GoVersion: runtime.Version(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH,
+		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), NATSServer: bus.ServerVersion(),
+		Config: reportConfig(cfg),
+	}
+	results := make(map[string][]RunResult)
+	for r := range cfg.Repeats {
+		for i, s := range scenarios {
+			batch := fmt.Sprintf("r%ds%d", r+1, i+1)
+			res, err := e.measure(ctx, cfg, s, batch)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s run %d: %w", s.Name, r+1, err)
+			}
+			res.Repeat = r + 1
+			results[s.Name] = append(results[s.Name], res)
+			fmt.Fprintf(cfg.Progress, "%-28s run %d/%d: %8.0f calls/s  p50 %6.2f ms  p99 %6.2f ms  p99.9 %6.2f ms  errors %d\n",
+				s.Name, r+1, cfg.Repeats, res.CallsPerSec, res.P50MS, res.P99MS, res.P999MS, res.Errors)
+		}
+	}
+	for _, s := range scenarios {
+		rep.Scenarios = append(rep.Scenarios, summarize(s, results[s.Name]))
+	}
+	rep.Ratios = ratios(rep.Scenarios, cfg.SleepMS)
+	rep.Targets = targets(rep.Ratios)
+	rep.Elapsed = Duration(time.Since(rep.Started))
+	return rep, nil
+}
+
+func reportConfig(cfg Config) ReportConfig {
+	return ReportConfig{
+		Duration: Duration(cfg.Duration), Warmup: Duration(cfg.Warmup), Repeats: cfg.Repeats,
+		Concurrency: cfg.Concurrency, SleepConcurrency: cfg.SleepConcurrency, OutstandingFactor: cfg.Outstanding,
+		Rate: cfg.Rate, ArgBytes: cfg.ArgBytes, SleepMS: cfg.SleepMS, Storage: "file", ServerInProcess: cfg.ServerURL == "",
+		Scenarios: slices.Clone(cfg.Scenarios), Personality: personalityID, Tool: "echo", Prefix: protocol.DefaultPrefix,
+	}
+}

@@ -1,0 +1,303 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Duration is a time.Duration written in JSON as Go text ("5s").
+type Duration time.Duration
+
+// MarshalJSON writes d as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"5s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Report is the outcome of a benchmark run; it is written as JSON as is.
+type Report struct {
+	Started    time.Time    `json:"started"`
+	Elapsed    Duration     `json:"elapsed"`
+	GoVersion  string       `json:"go_version"`
+	GOOS       string       `json:"goos"`
+	GOARCH     string       `json:"goarch"`
+	CPUs       int          `json:"cpus"`
+	GOMAXPROCS int          `json:"gomaxprocs"`
+	NATSServer string       `json:"nats_server"`
+	Config     ReportConfig `json:"config"`
+	Scenarios  []Summary    `json:"scenarios"`
+	Ratios     []Ratio      `json:"ratios"`
+	Targets    []Target     `json:"targets"`
+}
+
+// ReportConfig is the configuration a report was measured with.
+type ReportConfig struct {
+	Duration          Duration `json:"duration"`
+	Warmup            Duration `json:"warmup"`
+	Repeats           int      `json:"repeats"`
+	Concurrency       int      `json:"concurrency"`
+	SleepConcurrency  int      `json:"sleep_concurrency"`
+	OutstandingFactor int      `json:"outstanding_factor"`
+	Rate              float64  `json:"rate"`
+	ArgBytes          int      `json:"arg_bytes"`
+	SleepMS           int      `json:"sleep_ms"`
+	Storage           string   `json:"storage"`
+	ServerInProcess   bool     `json:"server_in_process"`
+	Scenarios         []string `json:"scenarios,omitempty"`
+	Personality       string   `json:"personality"`
+	Tool              string   `json:"tool"`
+	Prefix            string   `json:"prefix"`
+}
+
+// RunResult is one measured run of a scenario. Latencies are in
+// milliseconds, from just before a call's publish to the arrival of its
+// result, over the calls published inside the measurement window.
+type RunResult struct {
+	Repeat int `json:"repeat"`
+	// Calls is the results received inside the window; CallsPerSec is
+	// Calls over the window's length.
+	Calls       int     `json:"calls"`
+	CallsPerSec float64 `json:"calls_per_sec"`
+	// OfferedPerS is the calls published per second inside the window.
+	OfferedPerS float64 `json:"offered_per_sec"`
+	Published   int64   `json:"published"`
+	Samples     int     `json:"samples"`
+	P50MS       float64 `json:"p50_ms"`
+	P90MS       float64 `json:"p90_ms"`
+	P99MS       float64 `json:"p99_ms"`
+	P999MS      float64 `json:"p999_ms"`
+	MaxMS       float64 `json:"max_ms"`
+	// Errors counts failed publishes, results that are not ok and results
+	// that never came; FirstError describes the first.
+	Errors     int64  `json:"errors"`
+	FirstError string `json:"first_error,omitempty"`
+	// Duplicates counts second results for a call (at-least-once delivery).
+	Duplicates  int64 `json:"duplicates,omitempty"`
+	CallBytes   int64 `json:"call_bytes"`
+	ResultBytes int64 `json:"result_bytes"`
+	// SpansExported and SpansDropped count the worker's spans (traced
+	// scenarios).
+	SpansExported uint64 `json:"spans_exported,omitempty"`
+	SpansDropped  uint64 `json:"spans_dropped,omitempty"`
+	// GCCycles, GCPauseMS and AllocBytesPerCall describe the Go garbage
+	// collector over the whole run (warm-up and stragglers included) of the
+	// one process that holds the server, the system under test and the
+	// load generator; bytes allocated are per call published.
+	GCCycles          uint32  `json:"gc_cycles"`
+	GCPauseMS         float64 `json:"gc_pause_ms"`
+	AllocBytesPerCall int64   `json:"alloc_bytes_per_call"`
+}
+
+// Stat is the median of a measure over the repeats and its spread.
+type Stat struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+}
+
+// Summary is a scenario with its runs and their medians.
+type Summary struct {
+	Scenario
+	CallsPerSec Stat        `json:"calls_per_sec"`
+	P50MS       Stat        `json:"p50_ms"`
+	P99MS       Stat        `json:"p99_ms"`
+	P999MS      Stat        `json:"p999_ms"`
+	Errors      int64       `json:"errors"`
+	Runs        []RunResult `json:"runs"`
+}
+
+// Ratio compares a Capstan scenario with its raw counterpart under the same
+// load, from the medians.
+type Ratio struct {
+	Capstan string `json:"capstan"`
+	Raw     string `json:"raw"`
+	// Throughput is Capstan's calls/s over raw's.
+	Throughput float64 `json:"throughput"`
+	// P50DeltaMS, P99DeltaMS and P999DeltaMS are Capstan's latency minus
+	// raw's, in milliseconds.
+	P50DeltaMS  float64 `json:"p50_delta_ms"`
+	P99DeltaMS  float64 `json:"p99_delta_ms"`
+	P999DeltaMS float64 `json:"p999_delta_ms"`
+	// P50Ratio is Capstan's median latency over raw's.
+	P50Ratio float64 `json:"p50_ratio"`
+}
+
+// Target is one of the issue's goals and whether this run met it.
+type Target struct {
+	Name   string  `json:"name"`
+	Goal   string  `json:"goal"`
+	Value  float64 `json:"value"`
+	Met    bool    `json:"met"`
+	Absent bool    `json:"absent,omitempty"`
+}
+
+func stat(vals []float64) Stat {
+	if len(vals) == 0 {
+		return Stat{}
+	}
+	s := slices.Clone(vals)
+	slices.Sort(s)
+	mid := len(s) / 2
+	med := s[mid]
+	if len(s)%2 == 0 {
+		med = (s[mid-1] + s[mid]) / 2
+	}
+	return Stat{Median: round(med, 3), Min: s[0], Max: s[len(s)-1]}
+}
+
+func summarize(s Scenario, runs []RunResult) Summary {
+	pick := func(f func(RunResult) float64) []float64 {
+		out := make([]float64, len(runs))
+		for i, r := range runs {
+			out[i] = f(r)
+		}
+		return out
+	}
+	sum := Summary{Scenario: s, Runs: runs,
+		CallsPerSec: stat(pick(func(r RunResult) float64 { return math.Round(r.CallsPerSec) })),
+		P50MS:       stat(pick(func(r RunResult) float64 { return r.P50MS })),
+		P99MS:       stat(pick(func(r RunResult) float64 { return r.P99MS })),
+		P999MS:      stat(pick(func(r RunResult) float64 { return r.P999MS })),
+	}
+	for _, r := range runs {
+		sum.Errors += r.Errors
+	}
+	return sum
+}
+
+// ratios pairs every Capstan scenario with the raw one of the same tool and
+// load.
+func ratios(sums []Summary, sleepMS int) []Ratio {
+	byName := make(map[string]Summary, len(sums))
+	for _, s := range sums {
+		byName[s.Name] = s
+	}
+	var out []Ratio
+	for _, c := range sums {
+		if c.System != Capstan {
+			continue
+		}
+		rawFamily := "raw-echo"
+		if c.SleepMS > 0 {
+			rawFamily = fmt.Sprintf("raw-sleep%d", sleepMS)
+		}
+		r, ok := byName[rawFamily+"/"+c.Load]
+		if !ok || r.CallsPerSec.Median == 0 {
+			continue
+		}
+		ratio := Ratio{Capstan: c.Name, Raw: r.Name,
+			Throughput:  round(c.CallsPerSec.Median/r.CallsPerSec.Median, 3),
+			P50DeltaMS:  round(c.P50MS.Median-r.P50MS.Median, 3),
+			P99DeltaMS:  round(c.P99MS.Median-r.P99MS.Median, 3),
+			P999DeltaMS: round(c.P999MS.Median-r.P999MS.Median, 3),
+		}
+		if r.P50MS.Median > 0 {
+			ratio.P50Ratio = round(c.P50MS.Median/r.P50MS.Median, 3)
+		}
+		out = append(out, ratio)
+	}
+	return out
+}
+
+// targets checks the issue's goals: echo at saturation at least 0.8 of the
+// raw throughput, and echo's p99 at the moderate rate at most 2 ms above raw.
+func targets(rs []Ratio) []Target {
+	tput := Target{Name: "capstan-echo/saturate throughput / raw", Goal: ">= 0.8", Absent: true}
+	p99 := Target{Name: "capstan-echo/rate p99 - raw p99 (ms)", Goal: "<= 2", Absent: true}
+	for _, r := range rs {
+		switch r.Capstan {
+		case "capstan-echo/" + Saturate:
+			tput.Value, tput.Met, tput.Absent = r.Throughput, r.Throughput >= 0.8, false
+		case "capstan-echo/" + Rate:
+			p99.Value, p99.Met, p99.Absent = r.P99DeltaMS, r.P99DeltaMS <= 2, false
+		}
+	}
+	return []Target{tput, p99}
+}
+
+func round(v float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the report as text tables: the scenarios (medians with
+// their min–max over the repeats), the Capstan/raw comparisons and the
+// targets.
+func (r *Report) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	where := "in this process"
+	if !r.Config.ServerInProcess {
+		where = "in its own process"
+	}
+	fmt.Fprintf(&b, "capstan-bench: %d repeats of %s (after %s warm-up), %d CPUs, %s, nats-server %s %s, file storage, %d-byte args\n\n",
+		r.Config.Repeats, time.Duration(r.Config.Duration), time.Duration(r.Config.Warmup), r.CPUs, r.GoVersion, r.NATSServer, where, r.Config.ArgBytes)
+	tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tslots\tload\tcalls/s (min–max)\tp50 ms\tp99 ms\tp99.9 ms\terrors\t")
+	for _, s := range r.Scenarios {
+		load := fmt.Sprintf("%d in flight", s.Outstanding)
+		if s.Load == Rate {
+			load = fmt.Sprintf("%g/s", s.Rate)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t\n", s.Name, s.Concurrency, load,
+			span(s.CallsPerSec, 0), span(s.P50MS, 2), span(s.P99MS, 2), span(s.P999MS, 2), s.Errors)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Ratios) > 0 {
+		b.WriteString("\n")
+		tw = tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "capstan vs raw\tthroughput\tp50 Δ ms\tp99 Δ ms\tp99.9 Δ ms\t")
+		for _, x := range r.Ratios {
+			fmt.Fprintf(tw, "%s / %s\t%.3f×\t%+.2f\t%+.2f\t%+.2f\t\n", x.Capstan, x.Raw, x.Throughput, x.P50DeltaMS, x.P99DeltaMS, x.P999DeltaMS)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	b.WriteString("\n")
+	for _, t := range r.Targets {
+		verdict := "not met"
+		switch {
+		case t.Absent:
+			verdict = "not measured"
+		case t.Met:
+			verdict = "met"
+		}
+		if t.Absent {
+			fmt.Fprintf(&b, "target %s %s: %s\n", t.Name, t.Goal, verdict)
+		} else {
+			fmt.Fprintf(&b, "target %s %s: %.3f, %s\n", t.Name, t.Goal, t.Value, verdict)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func span(s Stat, digits int) string {
+	return fmt.Sprintf("%.*f (%.*f–%.*f)", digits, s.Median, digits, s.Min, digits, s.Max)
+}
