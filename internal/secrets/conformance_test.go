@@ -17,13 +17,7 @@ import (
 func TestConformanceEnv(t *testing.T) {
 	t.Parallel()
 	secretstest.Run(t, func(t *testing.T, seed map[string]string) secrets.Backend {
-		env := make(map[string]string, len(seed))
-		for ref, v := range seed {
-			env[secrets.EnvName("CAPSTAN_SECRET_", ref)] = v
-		}
-		// Variables outside the prefix are never reachable.
-		env["VAULT_TOKEN"] = "hvs.never-served"
-		return secrets.NewEnv("", func(k string) string { return env[k] })
+		return secrets.NewEnv("", seededEnv(seed))
 	})
 }
 
@@ -43,10 +37,17 @@ func TestConformanceFile(t *testing.T) {
 func TestConformanceCache(t *testing.T) {
 	t.Parallel()
 	secretstest.Run(t, func(t *testing.T, seed map[string]string) secrets.Backend {
-		env := make(map[string]string, len(seed))
-		for ref, v := range seed {
-			env[secrets.EnvName("CAPSTAN_SECRET_", ref)] = v
-		}
-		return secrets.NewCache(secrets.NewEnv("", func(k string) string { return env[k] }), 0, nil)
+		return secrets.NewCache(secrets.NewEnv("", seededEnv(seed)), 0, nil)
 	})
+}
+
+// seededEnv is a getenv holding seed under the default prefix, and a
+// variable outside the prefix that must never be reachable.
+func seededEnv(seed map[string]string) func(string) string {
+	env := make(map[string]string, len(seed)+1)
+	for ref, v := range seed {
+		env[secrets.EnvName("CAPSTAN_SECRET_", ref)] = v
+	}
+	env["VAULT_TOKEN"] = "hvs.never-served"
+	return func(k string) string { return env[k] }
 }
