@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -181,10 +182,13 @@ func TestClusterLosesTwoNodes(t *testing.T) {
 // TestPoisonCallCrashingWorkers: a call whose tool panics in a goroutine of
 // its own (no recover can catch it) crashes the worker process on every
 // delivery. Two worker binaries run under a supervisor that restarts them,
-// as Kubernetes would. The poison call is dead-lettered after MaxDeliver
-// deliveries with its abandonment result, and every other call is answered
-// exactly once. (A tool that panics in its own call goroutine is recovered
-// and answered execution_failed; tools.md.)
+// as Kubernetes would. Calls answered before the poison arrives stay
+// answered once; the poison call is dead-lettered after MaxDeliver
+// deliveries with its abandonment result; the restarted workers answer the
+// calls that come after it. (A tool that panics in its own call goroutine
+// is recovered and answered execution_failed; tools.md. Calls in flight on
+// a worker when it crashes are redelivered with it, which is why the
+// healthy calls here do not overlap the poison.)
 func TestPoisonCallCrashingWorkers(t *testing.T) {
 	t.Parallel()
 	const maxDeliver = 3
@@ -194,40 +198,53 @@ func TestPoisonCallCrashingWorkers(t *testing.T) {
 	env := []string{"CAPSTAN_FAULT=panic-on-poison", fmt.Sprintf("CAPSTAN_MAX_DELIVER=%d", maxDeliver)}
 	procs := []*proc{startProc(t, url, "poison-a", env...), startProc(t, url, "poison-b", env...)}
 
-	const n = 20
-	ids := make([]string, 0, n+1)
-	require.NoError(t, publishCall(ctxT(t, time.Minute), conn, "poison", echoCall("POISON", "poison", 0)))
-	ids = append(ids, "POISON")
-	for i := range n {
-		id := fmt.Sprintf("healthy-%02d", i)
-		ids = append(ids, id)
-		require.NoError(t, publishCall(ctxT(t, time.Minute), conn, id, echoCall(id, "poison", 0)))
+	publish := func(ids ...string) {
+		for _, id := range ids {
+			require.NoError(t, publishCall(ctxT(t, time.Minute), conn, id, echoCall(id, "poison", 0)))
+		}
+	}
+	healthy := func(prefix string) []string {
+		ids := make([]string, 10)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("%s-%02d", prefix, i)
+		}
+		return ids
+	}
+	crashes := 0
+	// settle supervises (restarting every worker that crashed) until ids
+	// are all answered and nothing is left unacknowledged.
+	settle := func(ids []string) {
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			for i, p := range procs {
+				select {
+				case <-p.exited:
+					require.Contains(t, p.logs.String(), "poison call: a tool panicked outside the worker's recover", "worker %d ended for another reason", i)
+					crashes++
+					procs[i] = startProc(t, url, fmt.Sprintf("poison-%c%d", 'a'+i, crashes), env...)
+				default:
+				}
+			}
+			tl, err := tryCount(ctxT(t, time.Minute), conn, "poison")
+			require.NoError(t, err)
+			left, err := conn.StreamMsgs(ctxT(t, time.Minute), "CAPSTAN_CALLS")
+			require.NoError(t, err)
+			if len(tl.results) == len(ids) && left == 0 {
+				return
+			}
+			require.False(t, time.Now().After(deadline), "after 3 minutes: %d of %d answered, %d unacknowledged, %d crashes", len(tl.results), len(ids), left, crashes)
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 
-	// Supervise: restart every worker that crashed, until all calls are
-	// answered and acknowledged.
-	crashes := 0
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		for i, p := range procs {
-			select {
-			case <-p.exited:
-				require.Contains(t, p.logs.String(), "poison call: a tool panicked outside the worker's recover", "worker %d ended for another reason", i)
-				crashes++
-				procs[i] = startProc(t, url, fmt.Sprintf("poison-%c%d", 'a'+i, crashes), env...)
-			default:
-			}
-		}
-		tl, err := tryCount(ctxT(t, time.Minute), conn, "poison")
-		require.NoError(t, err)
-		left, err := conn.StreamMsgs(ctxT(t, time.Minute), "CAPSTAN_CALLS")
-		require.NoError(t, err)
-		if len(tl.results) == len(ids) && left == 0 {
-			break
-		}
-		require.False(t, time.Now().After(deadline), "after 3 minutes: %d of %d answered, %d unacknowledged, %d crashes", len(tl.results), len(ids), left, crashes)
-		time.Sleep(100 * time.Millisecond)
-	}
+	before, after := healthy("before"), healthy("after")
+	publish(before...)
+	settle(before)
+	publish("POISON")
+	settle(append(slices.Clone(before), "POISON"))
+	publish(after...)
+	ids := append(append(slices.Clone(before), "POISON"), after...)
+	settle(ids)
 
 	tl := count(t, conn, "poison")
 	lost, dup := requireExactlyOnce(t, tl, ids)
@@ -235,8 +252,9 @@ func TestPoisonCallCrashingWorkers(t *testing.T) {
 	require.False(t, r.OK)
 	require.Equal(t, fmt.Sprintf("call abandoned after %d deliveries: no acknowledgement within 3s (worker lost or stalled)", maxDeliver), r.Error)
 	require.Equal(t, maxDeliver, crashes, "one crash per delivery, no more")
-	for _, id := range ids[1:] {
+	for _, id := range append(slices.Clone(before), after...) {
 		require.True(t, tl.results[id][0].OK, "%s: %s", id, tl.results[id][0].Error)
+		require.Equal(t, 1, tl.executions[id], "%s ran once", id)
 	}
 	dead, err := conn.Messages(ctxT(t, time.Minute), "CAPSTAN_DLQ", "capstan.dlq.echo")
 	require.NoError(t, err)
