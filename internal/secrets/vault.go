@@ -185,6 +185,7 @@ func (v *Vault) Resolve(ctx context.Context, ref string) (string, error) {
 	if errors.Is(err, ErrDenied) && v.cfg.RoleID != "" {
 		// The token may have been revoked or expired between renewals: log
 		// in again once, and tell Run to watch the new token.
+		v.log.InfoContext(ctx, "vault refused the token; logging in again")
 		v.askRelogin(used)
 		val, _, err = v.read(ctx, path, field)
 	}
