@@ -144,22 +144,15 @@ func (w *Worker) handle(m *bus.Msg) {
 }
 
 // alongside runs fn, one of a call's bus operations run on a goroutine of
-// its own, and logs a panic rather than let it end the worker.
+// its own (which the handler's recover cannot reach), and logs a panic
+// rather than let it end the worker.
 func (w *Worker) alongside(what, callID string, fn func()) {
-	if err := recovered(func() error { fn(); return nil }); err != nil {
-		w.log.Error("cannot "+what, "call_id", callID, "error", err)
-	}
-}
-
-// recovered runs fn on a goroutine of a call handler, whose own recover
-// cannot catch its panic: a panic becomes fn's error.
-func recovered(fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("worker panicked while handling the call: %v", p)
+			w.log.Error("cannot "+what, "call_id", callID, "error", fmt.Sprintf("worker panicked while handling the call: %v", p))
 		}
 	}()
-	return fn()
+	fn()
 }
 
 // answered reports whether a call already has its result: its completion

@@ -2,6 +2,7 @@ package vault_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/secrets"
 	"github.com/capstanhq/capstan/internal/secrets/secretstest"
+	"github.com/hashicorp/vault/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -320,4 +322,46 @@ func TestDeployPolicy(t *testing.T) {
 	outside := newBackend(t, tv, secrets.VaultConfig{RoleID: "capstan-worker-dev-role", SecretID: "capstan-worker-dev-secret", Prefix: "elsewhere"}, &syncBuffer{})
 	_, err = outside.Resolve(t.Context(), "providers/github/token")
 	require.ErrorIs(t, err, secrets.ErrDenied, "the policy reads below secret/data/capstan/ only")
+}
+
+// TestFixedTokenIsRenewedUntilItsMaxTTL: a renewable VAULT_TOKEN is renewed
+// by Run past its TTL; when its max TTL ends, renewal stops, the worker says
+// the token cannot be replaced, and reads fail with the 403 error.
+func TestFixedTokenIsRenewedUntilItsMaxTTL(t *testing.T) {
+	t.Parallel()
+	tv := startVault(t)
+	tv.put(t, "capstan/fixed", map[string]any{"token": "fixed-token-secret-value"})
+	s, err := tv.root.Auth().Token().Create(&api.TokenCreateRequest{
+		Policies: []string{"capstan"}, TTL: "2s", ExplicitMaxTTL: "6s", Renewable: new(true),
+	})
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	v := newBackend(t, tv, secrets.VaultConfig{Token: s.Auth.ClientToken}, logs)
+	runBackground(t, v)
+
+	// Past the 2s TTL the token still reads, because Run renews it.
+	start := time.Now()
+	for time.Since(start) < 4*time.Second {
+		got, err := v.Resolve(t.Context(), "fixed/token")
+		require.NoError(t, err, "at %s", time.Since(start))
+		require.Equal(t, "fixed-token-secret-value", got)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.GreaterOrEqual(t, tv.front.Count("PUT", "/v1/auth/token/renew-self"), 1, "the token was renewed")
+
+	// After the max TTL nothing can keep it alive.
+	eventually(t, 30*time.Second, func() error {
+		if _, err := v.Resolve(t.Context(), "fixed/token"); !errors.Is(err, secrets.ErrDenied) {
+			return fmt.Errorf("read after max TTL: %v", err)
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(logs.String(), "vault token renewal ended; the fixed VAULT_TOKEN cannot be replaced") {
+			return errNotYet
+		}
+		return nil
+	})
+	require.Zero(t, v.Logins(), "a fixed token is never replaced by a login")
+	requireNoSecret(t, logs.String(), "fixed-token-secret-value", s.Auth.ClientToken)
 }

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,18 +60,10 @@ func StartBaseline(ctx context.Context, cfg BaselineConfig) (*Baseline, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("baseline: URL must be set")
 	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = protocol.DefaultPrefix
-	}
-	if cfg.Pool == "" {
-		cfg.Pool = "raw"
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 64
-	}
-	if cfg.AckWait <= 0 {
-		cfg.AckWait = DefaultAckWait
-	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, protocol.DefaultPrefix)
+	cfg.Pool = cmp.Or(cfg.Pool, "raw")
+	cfg.Concurrency = cmp.Or(max(cfg.Concurrency, 0), 64)
+	cfg.AckWait = cmp.Or(max(cfg.AckWait, 0), DefaultAckWait)
 	names, err := protocol.NewNames(cfg.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
