@@ -82,6 +82,10 @@ type ProcessResult struct {
 	ExitCode int
 	Stdout   []byte
 	Stderr   []byte
+	// LimitsHit lists the call's ceilings its processes reached without
+	// being killed for it, such as "pids limit 256 reached" (a fork was
+	// refused); tools show them in their result.
+	LimitsHit []string
 }
 
 // KV is the tool's scoped key-value store (tool-private, session or

@@ -53,3 +53,23 @@ func DenialCode(err error) (string, bool) {
 	}
 	return "", false
 }
+
+// ErrLimitReached is matched (errors.Is) by the *LimitError a Runner
+// returns when a ceiling of the call killed one of its processes.
+var ErrLimitReached = errors.New("process limit reached")
+
+// LimitError is returned by Runner.Run, with the result captured so far,
+// when the call's memory ceiling killed one of its processes. Its message
+// is the spec's: "Process killed: <limit> reached", for example
+// "Process killed: memory limit 512MiB reached"; a tool that does not
+// handle it ends execution_failed with that message.
+type LimitError struct {
+	// Limit names the ceiling and its size: "memory limit 512MiB".
+	Limit string
+}
+
+// Error returns "Process killed: <Limit> reached".
+func (e *LimitError) Error() string { return "Process killed: " + e.Limit + " reached" }
+
+// Is reports whether target is ErrLimitReached.
+func (e *LimitError) Is(target error) bool { return target == ErrLimitReached }

@@ -121,7 +121,8 @@ func (w *Worker) backends() error {
 	if err := w.fsCfg.Validate(); err != nil {
 		return err
 	}
-	w.procCfg = process.Config{TrustedPATH: process.DefaultTrustedPATH, Logger: w.log}
+	network, _ := process.ParseNetworkMode(w.cfg.ProcessNetwork) // checked by validate
+	w.procCfg = process.Config{TrustedPATH: process.DefaultTrustedPATH, Logger: w.log, Network: network}
 	if err := w.procCfg.Validate(); err != nil {
 		return err
 	}
@@ -132,6 +133,17 @@ func (w *Worker) backends() error {
 		}
 	}
 	return nil
+}
+
+// networkRefused returns the refusal of a call whose process grant
+// includes network on a machine that allows no network namespace for its
+// children, unless CAPSTAN_PROCESS_NETWORK=unconfined (security.md
+// section 1): "" when the call may run.
+func (w *Worker) networkRefused(g *capability.Grant) string {
+	if g.Process == nil || g.Network.Empty() {
+		return ""
+	}
+	return w.procCfg.NetworkRefused()
 }
 
 // missingBackend returns the fail-closed refusal when the tool declares a

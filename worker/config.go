@@ -13,6 +13,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/scoped/process"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -72,6 +73,11 @@ type Config struct {
 	// Home is the value of ${HOME} in personalities and the home of the
 	// file floor (~/.ssh, ...); default the user's home.
 	Home string
+	// ProcessNetwork is what a call whose process grant includes network
+	// gets where the machine allows no user namespace
+	// (CAPSTAN_PROCESS_NETWORK): "" or "confined" refuses it,
+	// "unconfined" lets its children use TCP and UDP to any host.
+	ProcessNetwork string
 	// StreamReplicas is the replica count of the streams and buckets this
 	// worker creates when they do not exist yet (3 on a 3-node cluster);
 	// default 1. Existing ones are left as they are.
@@ -193,6 +199,9 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_SHUTDOWN_GRACE must not be negative, got %s", c.ShutdownGrace))
+	}
+	if _, err := process.ParseNetworkMode(c.ProcessNetwork); err != nil {
+		errs = append(errs, fmt.Errorf("CAPSTAN_PROCESS_NETWORK %w", err))
 	}
 	switch c.SecretsBackend {
 	case SecretsVault, SecretsFile, SecretsEnv, SecretsNone:

@@ -136,6 +136,9 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running
 	if err != nil {
 		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, err.Error())
 	}
+	if msg := w.networkRefused(grant); msg != "" {
+		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, msg)
+	}
 	if grant.FS != nil {
 		tc.WorkingDir = grant.FS.WorkingDir
 	}

@@ -163,8 +163,12 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // cancels and hands back the rest, and returns. A start-up problem is returned
 // at once.
 func (w *Worker) Run(ctx context.Context) error {
-	sandbox := process.Sandbox()
+	sandbox := w.procCfg.Sandbox()
 	sandbox.Log(ctx, w.log)
+	// Children's temp dirs and cgroups that a killed worker left behind.
+	if swept := process.Sweep(w.procCfg.TmpDir, w.log); swept.TempDirs+swept.Cgroups > 0 {
+		w.log.InfoContext(ctx, "removed what a stopped worker's processes left behind", "temp_dirs", swept.TempDirs, "cgroups", swept.Cgroups)
+	}
 	// Shown in /readyz, never a reason to be unready: a degraded sandbox is
 	// reported, process tools still run (docs/operations.md).
 	w.SetReadyDetail("process_sandbox", sandbox)

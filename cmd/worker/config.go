@@ -41,6 +41,7 @@ type Config struct {
 	VaultPrefix        string        `env:"CAPSTAN_VAULT_PREFIX" envDefault:"capstan"`
 	HTTPAddr           string        `env:"CAPSTAN_HTTP_ADDR" envDefault:"127.0.0.1:9464"`
 	StreamReplicas     int           `env:"CAPSTAN_STREAM_REPLICAS" envDefault:"1"`
+	ProcessNetwork     string        `env:"CAPSTAN_PROCESS_NETWORK" envDefault:"confined"`
 	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" envDefault:"info"`
 	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT"`
 }
@@ -89,7 +90,7 @@ func (c Config) worker() worker.Config {
 		Concurrency: c.Concurrency, Pool: c.Pool, Tools: tools, MaxDeliver: c.MaxDeliver, AckWait: c.AckWait,
 		CallTimeout: c.CallTimeout, ShutdownGrace: zeroGrace(c.ShutdownGrace), SecretsBackend: c.SecretsBackend,
 		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix, SecretCacheTTL: noZero(c.SecretCacheTTL),
-		StreamReplicas: c.StreamReplicas,
+		StreamReplicas: c.StreamReplicas, ProcessNetwork: c.ProcessNetwork,
 		Vault: worker.VaultConfig{
 			Addr: c.VaultAddr, Token: c.VaultToken, RoleID: c.VaultRoleID, SecretID: c.VaultSecretID,
 			CACert: c.VaultCACert, Namespace: c.VaultNamespace, Mount: c.VaultMount, Prefix: c.VaultPrefix,

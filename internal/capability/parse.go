@@ -70,7 +70,7 @@ func (d *docParser) parse(data []byte) *Personality {
 	d.fsReach(doc, p)
 	d.safety(doc, p)
 	p.Secrets = d.ceiling(doc, "secrets", ValidateRefPattern)
-	p.Process = d.ceiling(doc, "process", validateBinaryEntry)
+	p.Process, p.ProcessLimits = d.process(doc)
 	d.rateLimits(doc, p)
 	if v, ok := field(doc, "budget"); ok {
 		if b, ok := d.object(v, "budget", "result_chars"); ok {
@@ -227,6 +227,11 @@ func (d *docParser) ceiling(doc map[string]any, key string, check func(string) e
 	if !ok {
 		return nil
 	}
+	return d.allowList(obj, key, check)
+}
+
+// allowList reads the required allow list of the ceiling section obj.
+func (d *docParser) allowList(obj map[string]any, key string, check func(string) error) *Ceiling {
 	if _, ok := field(obj, "allow"); !ok {
 		d.addf(join(key, "allow"), "is required (use [] to allow nothing)")
 	}
@@ -235,6 +240,28 @@ func (d *docParser) ceiling(doc map[string]any, key string, check func(string) e
 		list = []string{}
 	}
 	return &Ceiling{Allow: list}
+}
+
+// process reads the optional process section: {allow?: [...], limits?:
+// {...}}. allow is the ceiling (absent: none); a section with neither key
+// is refused, as for secrets.
+func (d *docParser) process(doc map[string]any) (*Ceiling, ProcessLimits) {
+	limits := DefaultProcessLimits()
+	v, ok := field(doc, "process")
+	if !ok {
+		return nil, limits
+	}
+	obj, ok := d.object(v, "process", "allow", "limits")
+	if !ok {
+		return nil, limits
+	}
+	if lv, ok := field(obj, "limits"); ok {
+		limits = d.processLimits(lv)
+		if _, ok := field(obj, "allow"); !ok {
+			return nil, limits
+		}
+	}
+	return d.allowList(obj, "process", validateBinaryEntry), limits
 }
 
 func (d *docParser) rateLimits(doc map[string]any, p *Personality) {

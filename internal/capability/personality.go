@@ -57,6 +57,9 @@ type Personality struct {
 	Secrets *Ceiling
 	// Process is the optional process ceiling; nil = no ceiling.
 	Process *Ceiling
+	// ProcessLimits are process.limits, with the defaults for what the
+	// document does not set.
+	ProcessLimits ProcessLimits
 	// RateLimits maps a tool name to its fleet-wide rate limit.
 	RateLimits map[string]RateLimit
 	// BudgetChars is budget.result_chars, DefaultBudgetChars when absent.

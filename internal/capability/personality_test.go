@@ -24,7 +24,7 @@ safety:
     deny: ["gist.github.com"]
     allow_private_urls: false
 secrets: {allow: ["providers/github/*"]}
-process: {allow: [git, ls]}
+process: {allow: [git, ls], limits: {memory: 512MiB, pids: 128, cpu: 1.5}}
 rate_limits:
   fetch_url: {requests: 100, window: 1h}
   terminal: {requests: 5, window: 7d}
@@ -46,9 +46,10 @@ func TestParseFullDocument(t *testing.T) {
 			Read:    []string{"/home/w/agents/researcher", "/srv/shared", "/home/w/docs"},
 			Write:   []string{"/home/w/agents/researcher/out"},
 		},
-		Network: NetworkPolicy{Allow: []string{"*.github.com", "api.openai.com"}, Deny: []string{"gist.github.com"}},
-		Secrets: &Ceiling{Allow: []string{"providers/github/*"}},
-		Process: &Ceiling{Allow: []string{"git", "ls"}},
+		Network:       NetworkPolicy{Allow: []string{"*.github.com", "api.openai.com"}, Deny: []string{"gist.github.com"}},
+		Secrets:       &Ceiling{Allow: []string{"providers/github/*"}},
+		Process:       &Ceiling{Allow: []string{"git", "ls"}},
+		ProcessLimits: ProcessLimits{MemoryBytes: 512 << 20, MemoryText: "512MiB", Pids: 128, CPU: 1.5},
 		RateLimits: map[string]RateLimit{
 			"fetch_url": {Requests: 100, Window: time.Hour, WindowText: "1h"},
 			"terminal":  {Requests: 5, Window: 7 * 24 * time.Hour, WindowText: "7d"},
@@ -61,7 +62,7 @@ func TestParseMinimalAndJSON(t *testing.T) {
 	t.Parallel()
 	p, err := Parse([]byte(`id: min`), Env{})
 	require.NoError(t, err)
-	require.Equal(t, &Personality{ID: "min", BudgetChars: 80000}, p)
+	require.Equal(t, &Personality{ID: "min", BudgetChars: 80000, ProcessLimits: DefaultProcessLimits()}, p)
 	require.Nil(t, p.Toolset, "absent toolset is nil")
 
 	p, err = Parse([]byte(`{"id":"j","toolset":[],"safety":{"network":{"allow":["*"],"allow_private_urls":true}},"process":{"allow":[]},"mcp_servers":null}`), Env{})
@@ -120,6 +121,22 @@ func TestParseErrors(t *testing.T) {
 				`secrets.allow[1]: invalid secret pattern "a/*/c": want a ref like a/b, a prefix like a/* or *`}},
 		{name: "ceiling without allow", doc: "id: a\nprocess: {}", want: []string{"process.allow: is required (use [] to allow nothing)"}},
 		{name: "ceiling not a mapping", doc: "id: a\nsecrets: [a]", want: []string{"secrets: must be a mapping"}},
+		{name: "process unknown key, once", doc: "id: a\nprocess: {allow: [], limit: {}}", want: []string{`unknown key "process.limit"`}},
+		{name: "limits unknown key", doc: "id: a\nprocess: {limits: {mem: 1GiB}}", want: []string{`unknown key "process.limits.mem"`}},
+		{name: "limits not a mapping", doc: "id: a\nprocess: {limits: 1GiB}", want: []string{"process.limits: must be a mapping"}},
+		{name: "memory without unit is bytes, below the minimum", doc: "id: a\nprocess: {limits: {memory: '1024'}}",
+			want: []string{`process.limits.memory: "1024" is below the minimum of 32MiB`}},
+		{name: "memory not a size", doc: "id: a\nprocess: {limits: {memory: lots}}",
+			want: []string{`process.limits.memory: "lots" is not a size (use a number with a unit, such as 512MiB or 2GiB)`}},
+		{name: "memory a number", doc: "id: a\nprocess: {limits: {memory: 512}}", want: []string{"process.limits.memory: must be a size with a unit, such as 512MiB"}},
+		{name: "memory negative", doc: "id: a\nprocess: {limits: {memory: -1GiB}}",
+			want: []string{`process.limits.memory: "-1GiB" is not a size (use a number with a unit, such as 512MiB or 2GiB)`}},
+		{name: "pids below the minimum", doc: "id: a\nprocess: {limits: {pids: 4}}", want: []string{"process.limits.pids: 4 is below the minimum of 16"}},
+		{name: "pids zero", doc: "id: a\nprocess: {limits: {pids: 0}}", want: []string{"process.limits.pids: must be an integer greater than 0"}},
+		{name: "pids fractional", doc: "id: a\nprocess: {limits: {pids: 2.5}}", want: []string{"process.limits.pids: must be an integer greater than 0"}},
+		{name: "cpu zero", doc: "id: a\nprocess: {limits: {cpu: 0}}", want: []string{"process.limits.cpu: 0 is below the minimum of 0.01"}},
+		{name: "cpu not a number", doc: "id: a\nprocess: {limits: {cpu: all}}", want: []string{"process.limits.cpu: must be a number of CPUs, such as 0.5 or 2"}},
+		{name: "cpu a list", doc: "id: a\nprocess: {limits: {cpu: [1]}}", want: []string{"process.limits.cpu: must be a number of CPUs, such as 0.5 or 2"}},
 		{name: "rate limit zero requests", doc: "id: a\nrate_limits: {t: {requests: 0, window: 1h}}",
 			want: []string{"rate_limits.t.requests: must be an integer greater than 0"}},
 		{name: "rate limit fractional requests", doc: "id: a\nrate_limits: {t: {requests: 1.5, window: 1h}}",
@@ -242,4 +259,40 @@ func TestValidID(t *testing.T) {
 	require.False(t, ValidID("a b"))
 	require.False(t, ValidID(string(make129())))
 	require.True(t, ValidID(string(make129()[:128])))
+}
+
+func TestParseProcessLimits(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		doc         string
+		wantCeiling *Ceiling
+		want        ProcessLimits
+	}{
+		{name: "absent: defaults", doc: "id: a", want: ProcessLimits{MemoryBytes: 1 << 30, MemoryText: "1GiB", Pids: 256}},
+		{name: "limits without a ceiling", doc: "id: a\nprocess: {limits: {memory: 2GiB}}",
+			want: ProcessLimits{MemoryBytes: 2 << 30, MemoryText: "2GiB", Pids: 256}},
+		{name: "SI units are decimal", doc: "id: a\nprocess: {allow: [git], limits: {memory: 800MB, cpu: 0.5}}", wantCeiling: &Ceiling{Allow: []string{"git"}},
+			want: ProcessLimits{MemoryBytes: 800_000_000, MemoryText: "800MB", Pids: 256, CPU: 0.5}},
+		{name: "spaces and case", doc: "id: a\nprocess: {limits: {memory: ' 1.5 gib ', pids: 1000, cpu: 2}}",
+			want: ProcessLimits{MemoryBytes: 3 << 29, MemoryText: "1.5 gib", Pids: 1000, CPU: 2}},
+		{name: "cpu as a string", doc: "id: a\nprocess: {limits: {cpu: '0.25'}}",
+			want: ProcessLimits{MemoryBytes: 1 << 30, MemoryText: "1GiB", Pids: 256, CPU: 0.25}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := Parse([]byte(tt.doc), Env{})
+			require.NoError(t, err)
+			require.Equal(t, tt.wantCeiling, p.Process)
+			require.Equal(t, tt.want, p.ProcessLimits)
+		})
+	}
+}
+
+func TestProcessLimitsWithDefaults(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, DefaultProcessLimits(), ProcessLimits{}.WithDefaults())
+	require.Equal(t, ProcessLimits{MemoryBytes: 64 << 20, MemoryText: "64 MiB", Pids: 256}, ProcessLimits{MemoryBytes: 64 << 20}.WithDefaults())
+	require.Equal(t, ProcessLimits{MemoryBytes: 1 << 30, MemoryText: "1GiB", Pids: 20, CPU: 1}, ProcessLimits{Pids: 20, CPU: 1}.WithDefaults())
 }

@@ -109,6 +109,9 @@ func BinaryMatch(entry, binary string) bool {
 type BinaryGrant struct {
 	Declared []string
 	Ceiling  *Ceiling
+	// Limits are the per-call ceilings of the children (the personality's
+	// process.limits); zero fields take their defaults (WithDefaults).
+	Limits ProcessLimits
 }
 
 // Check returns nil when binary is allowed by the declaration and, when a

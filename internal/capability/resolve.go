@@ -107,7 +107,7 @@ func Resolve(t *tool.Tool, p *Personality, call CallView) (*Grant, error) {
 		g.Secrets = &RefGrant{Declared: slices.Clone(caps.Secrets), Ceiling: p.Secrets.clone()}
 	}
 	if caps.Process != nil {
-		g.Process = &BinaryGrant{Declared: slices.Clone(caps.Process.AllowedBinaries), Ceiling: p.Process.clone()}
+		g.Process = &BinaryGrant{Declared: slices.Clone(caps.Process.AllowedBinaries), Ceiling: p.Process.clone(), Limits: p.ProcessLimits.WithDefaults()}
 	}
 	if caps.Storage != nil {
 		sg, err := resolveStorage(caps.Storage, t.Name, call)

@@ -8,10 +8,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/scoped/process/launcher"
 )
 
@@ -120,9 +123,10 @@ type cgroup struct {
 	fd *os.File
 }
 
-// newCgroup creates an empty cgroup under parent.
+// newCgroup creates an empty cgroup under parent, named for this process
+// (see owner) so that a later start can tell it was left behind.
 func newCgroup(parent string) (*cgroup, error) {
-	dir, err := os.MkdirTemp(parent, "capstan-call-")
+	dir, err := os.MkdirTemp(parent, callCgroupPrefix+owner()+"-")
 	if err != nil {
 		return nil, fmt.Errorf("process: create cgroup: %w", err)
 	}
@@ -177,6 +181,150 @@ func (c *cgroup) remove() error {
 		return fmt.Errorf("process: remove cgroup: %w", err)
 	}
 	return nil
+}
+
+// callCgroupPrefix starts the name of every per-call cgroup (v2 and v1).
+const callCgroupPrefix = "capstan-call-"
+
+// callCgroup is everything one Run's children are placed in: the cgroup v2
+// that is killed as a whole (nil without one) and carries the v2
+// ceilings, and the per-call cgroups of the v1 hierarchies that carry the
+// others.
+type callCgroup struct {
+	v2    *cgroup
+	v2ctl []string          // ceilings enforced by v2
+	v1    map[string]string // controller -> per-call v1 directory
+}
+
+// newCallCgroup creates the cgroups of one Run under the probed parents
+// and writes the limits. parent is the v2 parent ("" for none).
+func newCallCgroup(parent string, c ceilings, l capability.ProcessLimits) (*callCgroup, error) {
+	cc := &callCgroup{}
+	if parent != "" {
+		cg, err := newCgroup(parent)
+		if err != nil {
+			return nil, err
+		}
+		cc.v2, cc.v2ctl = cg, c.v2
+		if err := v2Limits(cg.dir, c.v2, l); err != nil {
+			_ = cc.remove()
+			return nil, err
+		}
+	}
+	for _, ctl := range controllers {
+		base := c.v1[ctl]
+		if base == "" {
+			continue
+		}
+		dir, err := os.MkdirTemp(base, callCgroupPrefix+owner()+"-")
+		if err != nil {
+			_ = cc.remove()
+			return nil, fmt.Errorf("process: create %s cgroup: %w", ctl, err)
+		}
+		if cc.v1 == nil {
+			cc.v1 = map[string]string{}
+		}
+		cc.v1[ctl] = dir
+		if err := v1Limits(ctl, dir, l); err != nil {
+			_ = cc.remove()
+			return nil, err
+		}
+	}
+	return cc, nil
+}
+
+// v1Dirs lists the per-call v1 directories, for the launcher to join.
+func (cc *callCgroup) v1Dirs() []string {
+	var out []string
+	for _, ctl := range controllers {
+		if d := cc.v1[ctl]; d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// kill sends SIGKILL to every process of the call.
+func (cc *callCgroup) kill() error {
+	if cc.v2 != nil {
+		return cc.v2.kill()
+	}
+	for _, dir := range cc.v1 {
+		return killProcs(dir)
+	}
+	return nil
+}
+
+// hits reports which ceilings the call's processes reached: the memory
+// ceiling killed one of them, or the pids ceiling refused a fork.
+func (cc *callCgroup) hits() (memory, pids bool) {
+	if cc.v2 != nil {
+		if slices.Contains(cc.v2ctl, "memory") {
+			memory = eventCount(filepath.Join(cc.v2.dir, "memory.events"), "oom_kill") > 0
+		}
+		if slices.Contains(cc.v2ctl, "pids") {
+			pids = eventCount(filepath.Join(cc.v2.dir, "pids.events"), "max") > 0
+		}
+	}
+	if d := cc.v1["memory"]; d != "" {
+		memory = memory || eventCount(filepath.Join(d, "memory.oom_control"), "oom_kill") > 0
+	}
+	if d := cc.v1["pids"]; d != "" {
+		pids = pids || eventCount(filepath.Join(d, "pids.events"), "max") > 0
+	}
+	return memory, pids
+}
+
+// remove kills what is left and removes every cgroup of the call.
+func (cc *callCgroup) remove() error {
+	var errs []error
+	if cc.v2 != nil {
+		errs = append(errs, cc.v2.remove())
+	}
+	for _, ctl := range controllers {
+		dir := cc.v1[ctl]
+		if dir == "" {
+			continue
+		}
+		if err := killProcs(dir); err != nil {
+			errs = append(errs, err)
+		}
+		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("process: remove cgroup: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killProcs sends SIGKILL to the processes listed in dir's cgroup.procs
+// until it is empty (at most cgroupRemoveTimeout): the kill of a cgroup
+// without cgroup.kill.
+func killProcs(dir string) error {
+	deadline := time.Now().Add(cgroupRemoveTimeout)
+	pause := time.Millisecond
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("process: kill cgroup: %w", err)
+		}
+		pids := strings.Fields(string(b))
+		if len(pids) == 0 {
+			return nil
+		}
+		for _, p := range pids {
+			if pid, err := strconv.Atoi(p); err == nil && pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process: cgroup %s still has processes %s after they were killed", dir, cgroupRemoveTimeout)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 50*time.Millisecond)
+	}
 }
 
 // populated reports whether a process is left in the cgroup or below.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -163,38 +164,67 @@ func listen(t *testing.T) (tcpAddr, unixAddr string) {
 
 func TestConfinedNetwork(t *testing.T) {
 	t.Parallel()
-	needLandlock(t, 4)
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	tcpAddr, unixAddr := listen(t)
+	unconfined := process.Config{NoLandlock: true, NoSeccomp: true, NoNetNS: true}
 	tests := []struct {
 		name     string
-		abi      int
+		confined bool // needs the whole sandbox
 		network  bool
-		noLL     bool
+		cfg      process.Config
 		addr     string
-		wantDeny string // the connect error
+		wantDeny []string // the dial error contains one of these
 	}{
-		{name: "TCP connect without network", abi: 4, addr: tcpAddr, wantDeny: "connect: permission denied"},
-		{name: "TCP connect with network", abi: 4, network: true, addr: tcpAddr},
-		{name: "abstract unix socket outside the sandbox", abi: 6, network: true, addr: unixAddr, wantDeny: "connect: operation not permitted"},
-		{name: "unconfined TCP connect without network", abi: 4, noLL: true, addr: tcpAddr},
-		{name: "unconfined abstract unix socket", abi: 4, noLL: true, addr: unixAddr},
+		{name: "TCP connect without network", confined: true, addr: tcpAddr, wantDeny: []string{"socket: operation not permitted"}},
+		// Abstract sockets belong to a network namespace; Landlock (ABI 6)
+		// scopes them too.
+		{name: "abstract unix socket outside the sandbox", confined: true, addr: unixAddr, wantDeny: []string{"connect: connection refused", "connect: operation not permitted"}},
+		{name: "unconfined TCP connect without network", cfg: unconfined, addr: tcpAddr},
+		{name: "unconfined abstract unix socket", cfg: unconfined, addr: unixAddr},
+		{name: "TCP with network, CAPSTAN_PROCESS_NETWORK=unconfined and no namespace", network: true,
+			cfg: process.Config{NoNetNS: true, Network: process.NetworkUnconfined}, addr: tcpAddr},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			needLandlock(t, tt.abi)
-			r := process.New(grant(exe), process.Reach{Network: tt.network}, resolver, process.Config{NoLandlock: tt.noLL}, nil)
+			if tt.confined {
+				needConfined(t)
+			}
+			r := process.New(grant(exe), process.Reach{Network: tt.network}, resolver, tt.cfg, nil)
 			res, err := r.Run(context.Background(), tool.Command{Binary: exe, Env: map[string]string{helperEnv: "dial", addrEnv: tt.addr}})
 			require.NoError(t, err)
-			if tt.wantDeny != "" {
+			if len(tt.wantDeny) > 0 {
 				require.Equal(t, 1, res.ExitCode, "stderr %q", res.Stderr)
-				require.Contains(t, string(res.Stdout), tt.wantDeny)
+				require.Condition(t, func() bool {
+					for _, d := range tt.wantDeny {
+						if strings.Contains(string(res.Stdout), d) {
+							return true
+						}
+					}
+					return false
+				}, "dial error %q is none of %q", res.Stdout, tt.wantDeny)
 				return
 			}
 			require.Equal(t, 0, res.ExitCode, "stdout %q, stderr %q", res.Stdout, res.Stderr)
 		})
+	}
+}
+
+// TestNetworkRefusedWithoutNamespace: where no network namespace is
+// allowed, a call with network is refused before anything starts, unless
+// the operator chose unconfined network.
+func TestNetworkRefusedWithoutNamespace(t *testing.T) {
+	t.Parallel()
+	r := process.New(grant("true"), process.Reach{Network: true}, resolver, process.Config{NoNetNS: true}, nil)
+	_, err := r.Run(context.Background(), tool.Command{Binary: "true"})
+	require.EqualError(t, err, "Process network needs a network namespace, which this machine does not allow: turned off by the runner's configuration")
+	require.ErrorIs(t, err, process.ErrNetworkRefused)
+
+	r = process.New(grant("true"), process.Reach{Network: true}, resolver, process.Config{}, nil)
+	if process.Sandbox().NetworkNamespace {
+		_, err = r.Run(context.Background(), tool.Command{Binary: "true"})
+		require.EqualError(t, err, "process: the call has network but no egress proxy")
 	}
 }
 

@@ -1,8 +1,37 @@
 package process
 
+import "io"
+
 // Internals for the tests of package process_test.
 var (
-	NewStatus   = newStatus
 	CgroupDir   = cgroupDir
 	ProbeCgroup = probeCgroup
+	EnableV2    = enableV2
+	EventCount  = eventCount
+	Owner       = owner
+	OwnerAlive  = ownerAlive
 )
+
+// Probes are the inputs of newStatus, for tests.
+type Probes struct {
+	ABI                        int
+	ABIErr, SeccompErr, NetErr error
+	Cgroup                     string
+	CgroupErr                  error
+	V2                         []string
+	V1                         map[string]string
+	CeilErr                    error
+}
+
+// NewStatus is newStatus over p.
+func NewStatus(p Probes, network NetworkMode) SandboxStatus {
+	return newStatus(probes{
+		abi: p.ABI, abiErr: p.ABIErr, seccompErr: p.SeccompErr, netnsErr: p.NetErr,
+		cgroup: p.Cgroup, cgErr: p.CgroupErr, ceil: ceilings{v2: p.V2, v1: p.V1}, ceilErr: p.CeilErr,
+	}, network)
+}
+
+// V1Dirs is v1Dirs.
+func V1Dirs(mountinfo io.Reader, procCgroup string) map[string]string {
+	return v1Dirs(mountinfo, procCgroup)
+}

@@ -49,8 +49,24 @@ func TestMain(m *testing.M) {
 //	            and exit 1
 //	kill-parent send signal 0 to the parent (the worker): exit 0 when
 //	            allowed, else print the error and exit 1
+//	escape-net  try every way out of the sandbox's network (attack_test.go)
+//	            and print one JSON object of outcomes
+//	escape-sys  try the system calls the seccomp filter refuses and print
+//	            one JSON object of outcomes
+//	mem-flood   allocate and touch 512 MiB, then print "survived"
 func helper(mode string) int {
 	switch mode {
+	case "escape-net":
+		return escapeNet()
+	case "escape-sys":
+		return escapeSys()
+	case "mem-flood":
+		b := make([]byte, 512<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		fmt.Println("survived")
+		return 0
 	case "sleep":
 		time.Sleep(time.Minute)
 		return 0

@@ -1,6 +1,7 @@
 // Package process is the scoped process accessor: tool.Runner built from one
-// call's resolved process grant (capability.BinaryGrant) and reach (Reach:
-// the call's fs_reach and whether it has network).
+// call's resolved process grant (capability.BinaryGrant, with the call's
+// ceilings) and reach (Reach: the call's fs_reach, whether it has network,
+// and its egress proxy).
 //
 // A child is never started through a shell. Its binary must be allowed by
 // the grant (a bare name is then resolved on the trusted PATH, never the
@@ -9,29 +10,44 @@
 // variables, never the worker's own; LD_* and DYLD_* refused); its working
 // directory must lie inside the call's reach; stdout and stderr are
 // captured and capped. Each child gets a private TMPDIR, removed when Run
-// returns.
+// returns (and by Sweep at the next start when the worker was killed).
 //
-// Confinement (Sandbox reports what this machine offers; the worker logs
-// it at start):
+// Confinement (security.md section 1; Sandbox reports what this machine
+// offers and the worker logs it at start). The child is started through
+// the launcher package: the worker binary runs again in launcher mode,
+// confines itself and executes the child's binary, so the child and all
+// its descendants get:
 //
-//   - Landlock. The child is started through the launcher package: the
-//     worker binary runs again in launcher mode, restricts itself with a
-//     Landlock ruleset and executes the child's binary, so the child and
-//     all its descendants can read and execute only the system files every
-//     program needs (/usr, /bin, /sbin, /lib*, the loader cache, time zone,
-//     CA certificates, nsswitch.conf and the random devices; the resolver
-//     files too when the call has network), the trusted PATH, the binary's
-//     own directory and the call's fs_reach.read; they can write only the
-//     call's fs_reach.write, their TMPDIR and /dev/null, /dev/zero and
-//     /dev/full. TCP bind and connect are refused unless the call has
-//     network; signals and abstract unix sockets cannot reach processes
-//     outside the sandbox. How much of this the kernel enforces depends on
-//     its Landlock ABI (SandboxStatus.Unrestricted); from MinConfinedABI
-//     the child counts as confined. Without Landlock the child reaches
-//     whatever the worker's OS user reaches. Landlock only allows, so the
-//     fs floor (the worker's own files, ~/.ssh, ...) is not subtracted from
-//     a reach prefix that contains it; no_new_privs is set, so set-user-ID
-//     binaries gain nothing.
+//   - Network. A user and network namespace of their own with loopback
+//     only. A call without network has nothing else: no socket leaves the
+//     namespace, and the seccomp filter refuses IPv4 and IPv6 sockets
+//     altogether. A call with network gets the call's egress proxy
+//     (Reach.Egress) inside its namespace at 127.0.0.1:launcher.ProxyPort,
+//     announced in HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and their lower-case
+//     forms, and Landlock lets it connect to that port only; the proxy
+//     checks every target against the call's network grant, as the fetch
+//     accessor does. Where the machine allows no user namespace such a
+//     call is refused (ErrNetworkRefused) unless Config.Network is
+//     NetworkUnconfined, which leaves TCP and UDP open to any host.
+//   - Files (Landlock). They can read and execute only the system files
+//     every program needs (/usr, /bin, /sbin, /lib*, the loader cache,
+//     time zone, CA certificates, nsswitch.conf and the random devices;
+//     the resolver files too when the call has network), the trusted PATH,
+//     the binary's own directory and the call's fs_reach.read; they can
+//     write only the call's fs_reach.write, their TMPDIR and /dev/null,
+//     /dev/zero and /dev/full. Signals and abstract unix sockets cannot
+//     reach processes outside the sandbox. How much of this the kernel
+//     enforces depends on its Landlock ABI (SandboxStatus.Unrestricted).
+//     Landlock only allows, so the fs floor (the worker's own files,
+//     ~/.ssh, ...) is not subtracted from a reach prefix that contains it.
+//   - No capabilities and no_new_privs, so neither a root child nor a
+//     set-user-ID binary holds any privilege; and the seccomp filter
+//     (launcher.Policy) under everything.
+//   - Ceilings. The call's cgroup carries memory, pids and cpu limits
+//     from the grant (capability.ProcessLimits). A call whose processes
+//     met the memory ceiling ends with a *tool.LimitError ("Process killed:
+//     memory limit <size> reached"); one that met the pids ceiling gets
+//     "pids limit <n> reached" in ProcessResult.LimitsHit.
 //   - Killing. The child runs in its own process group and, when cgroup v2
 //     allows it, in its own cgroup created under the worker's cgroup and
 //     entered at clone time (clone3), so nothing the child starts can be
@@ -44,7 +60,6 @@
 package process
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -52,18 +67,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/scoped/process/launcher"
-	"github.com/capstanhq/capstan/tool"
 )
 
 // DefaultMaxOutputBytes is the per-stream output cap when
@@ -94,11 +105,15 @@ type Config struct {
 	// TmpDir is where each child's private TMPDIR is created. Empty:
 	// os.TempDir().
 	TmpDir string
-	// NoLandlock starts children unconfined even when Landlock is
-	// available, and NoCgroup kills only their process group even when a
-	// cgroup is available: the degraded paths, for tests. The worker never
-	// sets them.
-	NoLandlock, NoCgroup bool
+	// Network is what a call with network gets where the machine allows
+	// no user namespace (CAPSTAN_PROCESS_NETWORK).
+	Network NetworkMode
+	// NoLandlock, NoSeccomp and NoNetNS start children without Landlock,
+	// the seccomp filter or a network namespace even when the machine has
+	// them, and NoCgroup kills only their process group and applies no
+	// ceilings even when a cgroup is available: the degraded paths, for
+	// tests. The worker never sets them.
+	NoLandlock, NoSeccomp, NoNetNS, NoCgroup bool
 	// Logger receives what Run cannot return: a per-call cgroup or TMPDIR
 	// that could not be removed. Nil: slog.Default().
 	Logger *slog.Logger
@@ -123,12 +138,18 @@ func (c Config) Validate() error {
 	if c.TmpDir != "" && !filepath.IsAbs(c.TmpDir) {
 		errs = append(errs, fmt.Errorf("process config: TmpDir %q must be absolute", c.TmpDir))
 	}
+	if c.Network != NetworkConfined && c.Network != NetworkUnconfined {
+		errs = append(errs, fmt.Errorf("process config: Network %q must be %q or %q", c.Network, NetworkConfined, NetworkUnconfined))
+	}
 	return errors.Join(errs...)
 }
 
-// runner implements tool.Runner for one grant.
-type runner struct {
+// Runner is the tool.Runner of one call: it starts the children of one
+// process grant, confined to one reach (see the package comment). It is
+// safe for concurrent use.
+type Runner struct {
 	grant     *capability.BinaryGrant
+	limits    capability.ProcessLimits
 	reach     Reach
 	resolver  *Resolver
 	maxOutput int
@@ -136,7 +157,13 @@ type runner struct {
 	home      string
 	tmpRoot   string
 	landlock  bool
-	cgroup    string // parent of the per-call cgroups; "" = none
+	seccomp   bool
+	netns     bool
+	network   NetworkMode
+	netnsErr  error    // why there is no network namespace
+	cgroup    string   // parent of the per-call cgroups v2; "" = none
+	ceil      ceilings // where the ceilings are enforced
+	noCeil    bool     // Config.NoCgroup
 	log       *slog.Logger
 	onDeny    func(error)
 }
@@ -150,7 +177,7 @@ type runner struct {
 // since that is a start-up configuration error. The runner confines its
 // children as Sandbox reports, less what cfg turns off; it is safe for
 // concurrent use.
-func New(g *capability.BinaryGrant, reach Reach, res *Resolver, cfg Config, onDeny func(error)) tool.Runner {
+func New(g *capability.BinaryGrant, reach Reach, res *Resolver, cfg Config, onDeny func(error)) *Runner {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
@@ -161,205 +188,106 @@ func New(g *capability.BinaryGrant, reach Reach, res *Resolver, cfg Config, onDe
 	if res == nil {
 		res = NewResolver(trusted)
 	}
-	sb := probedSandbox().status
-	r := &runner{
+	sb := probedSandbox()
+	r := &Runner{
 		resolver:  res,
 		maxOutput: cmp.Or(cfg.MaxOutputBytes, DefaultMaxOutputBytes),
 		path:      strings.Join(trusted, string(os.PathListSeparator)),
 		home:      cfg.Home,
 		tmpRoot:   cmp.Or(cfg.TmpDir, os.TempDir()),
-		landlock:  sb.Landlock && !cfg.NoLandlock,
+		landlock:  sb.status.Landlock && !cfg.NoLandlock,
+		seccomp:   sb.status.Seccomp && !cfg.NoSeccomp,
+		netns:     sb.status.NetworkNamespace && !cfg.NoNetNS,
+		network:   cfg.Network,
+		netnsErr:  sb.netnsErr,
 		log:       cmp.Or(cfg.Logger, slog.Default()),
 		onDeny:    onDeny,
+		noCeil:    cfg.NoCgroup,
 	}
-	if sb.CgroupKill && !cfg.NoCgroup {
-		r.cgroup = sb.Cgroup
+	if cfg.NoNetNS {
+		r.netnsErr = errNetNSOff
 	}
+	if sb.status.CgroupKill && !cfg.NoCgroup {
+		r.cgroup = sb.cgroup
+	}
+	if !cfg.NoCgroup {
+		r.ceil = sb.ceil
+		if r.cgroup == "" {
+			r.ceil.v2 = nil
+		}
+	}
+	r.limits = capability.DefaultProcessLimits()
 	if g != nil {
 		r.grant = &capability.BinaryGrant{Declared: slices.Clone(g.Declared)}
 		if g.Ceiling != nil {
 			r.grant.Ceiling = &capability.Ceiling{Allow: slices.Clone(g.Ceiling.Allow)}
 		}
+		r.limits = g.Limits.WithDefaults()
 	}
-	r.reach.Network = reach.Network
+	r.reach.Network, r.reach.Egress = reach.Network, reach.Egress
 	if reach.FS != nil {
 		r.reach.FS = &capability.FSGrant{Read: slices.Clone(reach.FS.Read), Write: slices.Clone(reach.FS.Write), WorkingDir: reach.FS.WorkingDir}
 	}
 	return r
 }
 
-// Run starts cmd.Binary with cmd.Args and waits for it.
-//
-//   - The binary must be allowed by the grant, else
-//     "BINARY_NOT_ALLOWED: <binary> is not in the declared allowedBinaries".
-//     A bare name is resolved on the trusted PATH (not found: an error
-//     wrapping exec.ErrNotFound, not a denial); a name with '/' is used as
-//     listed, a relative one against cmd.Dir (which must then be set).
-//     argv[0] is cmd.Binary as given.
-//   - The environment is PATH (the trusted PATH), HOME, LANG=C.UTF-8, TZ=UTC
-//     and TMPDIR (a fresh private directory, removed when Run returns),
-//     then cmd.Env, whose values win. A name starting with LD_ or DYLD_ (any
-//     case) is refused: "ENV_NOT_ALLOWED: <name> may not be set for a child
-//     process". An empty name, or one containing '=' or NUL, and a value
-//     containing NUL are errors.
-//   - cmd.Dir must be absolute and covered by the reach's read or write
-//     prefixes, else "PATH_NOT_REACHABLE: read not permitted for <dir>",
-//     and must be a directory, else "process: working directory <dir>:
-//     <system error>" (wrapping it); empty means "/" (never the worker's
-//     current directory), where a confined child can list nothing.
-//   - cmd.Stdin is the child's stdin (empty: /dev/null).
-//
-// A child that exits, with any status, gives a ProcessResult and a nil
-// error: ExitCode is its exit status, or 128+n when signal n killed it.
-// When ctx ends first, the child's cgroup and process group are killed and
-// Run returns context.Cause(ctx) with the output captured so far (ExitCode
-// -1). After the child ends (exit or kill) they are killed again, so
-// background jobs do not outlive the call. A binary that cannot be started
-// (missing, not executable, Landlock refused) is an error wrapping the
-// system error.
-func (r *runner) Run(ctx context.Context, cmd tool.Command) (*tool.ProcessResult, error) {
-	if cmd.Binary == "" {
-		return nil, errors.New("process: empty binary name")
+// ErrNetworkRefused is wrapped by the error of a Run whose call has
+// network on a machine that allows no network namespace, when the runner's
+// Network mode is NetworkConfined.
+var ErrNetworkRefused = errors.New("process network refused")
+
+// NetworkRefused returns the refusal of a call whose process grant
+// includes network for runners built with c: "" when such calls may run
+// (this machine gives children a network namespace, or c.Network is
+// NetworkUnconfined), else NetworkRefusal's message.
+func (c Config) NetworkRefused() string {
+	switch {
+	case c.Network == NetworkUnconfined:
+		return ""
+	case c.NoNetNS:
+		return NetworkRefusal(errNetNSOff)
+	case probedSandbox().netnsErr != nil:
+		return NetworkRefusal(probedSandbox().netnsErr)
 	}
-	if err := r.grant.Check(cmd.Binary); err != nil {
-		r.denied(err)
-		return nil, err
-	}
-	if err := r.checkEnv(cmd.Env); err != nil {
-		return nil, err
-	}
-	dir := "/"
-	if cmd.Dir != "" {
-		if !filepath.IsAbs(cmd.Dir) {
-			return nil, fmt.Errorf("process: dir %q must be an absolute path", cmd.Dir)
-		}
-		dir = filepath.Clean(cmd.Dir)
-		if err := r.checkDir(dir); err != nil {
-			r.denied(err)
-			return nil, err
-		}
-		if err := isDir(dir); err != nil {
-			return nil, fmt.Errorf("process: working directory %s: %w", dir, err)
-		}
-	}
-	path, err := r.binaryPath(cmd)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, context.Cause(ctx)
-	}
-	tmp, err := os.MkdirTemp(r.tmpRoot, "capstan-proc-")
-	if err != nil {
-		return nil, fmt.Errorf("process: create the child's TMPDIR: %w", err)
-	}
-	defer r.removeTmp(ctx, tmp)
-	return r.run(ctx, path, dir, tmp, cmd)
+	return ""
 }
 
-// run starts the child in its own process group (and cgroup, when there
-// is one), confined when Landlock is used, and collects its result.
-func (r *runner) run(ctx context.Context, path, dir, tmp string, cmd tool.Command) (*tool.ProcessResult, error) {
-	c := exec.CommandContext(ctx, path)
-	c.Args = append([]string{cmd.Binary}, cmd.Args...)
-	c.Env = r.environ(cmd.Env, tmp)
-	c.Dir = dir
-	if len(cmd.Stdin) > 0 {
-		c.Stdin = bytes.NewReader(cmd.Stdin)
-	}
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// The launcher's status pipe, when the child is confined.
-	var status, statusW *os.File
-	if r.landlock {
-		var err error
-		if status, statusW, err = launcher.Prepare(c, r.spec(path, tmp), path, c.Args); err != nil {
-			return nil, fmt.Errorf("process: %w", err)
-		}
-		defer closeAll(status, statusW)
-	}
-	var cg *cgroup
-	if r.cgroup != "" {
-		var err error
-		if cg, err = newCgroup(r.cgroup); err != nil {
-			return nil, err
-		}
-		defer r.removeCgroup(ctx, cg)
-		c.SysProcAttr.UseCgroupFD = true
-		c.SysProcAttr.CgroupFD = int(cg.fd.Fd())
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("process: stdout pipe: %w", err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(outR, outW)
-		return nil, fmt.Errorf("process: stderr pipe: %w", err)
-	}
-	c.Stdout, c.Stderr = outW, errW
-	var killed atomic.Bool
-	c.Cancel = func() error {
-		killed.Store(true)
-		return r.kill(c.Process.Pid, cg)
-	}
-	// WaitDelay bounds the stdin copier when a descendant holds stdin.
-	c.WaitDelay = drainDelay
-	if err := c.Start(); err != nil {
-		closeAll(outR, outW, errR, errW)
-		return nil, fmt.Errorf("process: start %s: %w", cmd.Binary, err)
-	}
-	closeAll(outW, errW)
-	if status != nil {
-		closeAll(statusW)
-		if err := launcher.Await(status); err != nil {
-			_ = c.Wait()
-			_ = r.kill(c.Process.Pid, cg)
-			closeAll(outR, errR)
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx)
-			}
-			return nil, fmt.Errorf("process: start %s: %w", cmd.Binary, err)
-		}
-	}
-	stdout, stderr := &capture{max: r.maxOutput}, &capture{max: r.maxOutput}
-	var wg sync.WaitGroup
-	wg.Go(func() { stdout.drain(outR) })
-	wg.Go(func() { stderr.drain(errR) })
+// errNetNSOff is the reason of Config.NoNetNS.
+var errNetNSOff = errors.New("turned off by the runner's configuration")
 
-	waitErr := c.Wait()
-	// Background jobs of the child stay in its cgroup and group: kill them
-	// so that nothing outlives the call and the pipes close.
-	_ = r.kill(c.Process.Pid, cg)
-	drained := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(drained)
-	}()
-	timer := time.NewTimer(drainDelay)
-	select {
-	case <-drained:
-		timer.Stop()
-	case <-timer.C:
-		// A descendant that escaped the kill holds the pipes: stop reading.
-		closeAll(outR, errR)
-		<-drained
-	}
-	closeAll(outR, errR)
-
-	res := &tool.ProcessResult{ExitCode: -1, Stdout: stdout.bytes(), Stderr: stderr.bytes()}
-	if killed.Load() {
-		return res, context.Cause(ctx)
-	}
-	if c.ProcessState == nil {
-		return nil, fmt.Errorf("process: wait %s: %w", cmd.Binary, waitErr)
-	}
-	res.ExitCode = exitCode(c.ProcessState)
-	return res, nil
+// NetworkRefusal is the message of a call refused because its process
+// grant includes network and the machine allows no network namespace
+// (security.md section 1); reason says why there is none.
+func NetworkRefusal(reason error) string {
+	return fmt.Sprintf("Process network needs a network namespace, which this machine does not allow: %v", reason)
 }
+
+// netMode returns the launcher's network mode for this runner's children.
+func (r *Runner) netMode() (launcher.Net, error) {
+	switch {
+	case !r.reach.Network:
+		return launcher.NetNone, nil
+	case r.netns:
+		if r.reach.Egress == nil {
+			return "", errors.New("process: the call has network but no egress proxy")
+		}
+		return launcher.NetProxy, nil
+	case r.network == NetworkUnconfined:
+		return launcher.NetHost, nil
+	}
+	return "", networkRefused{r.netnsErr}
+}
+
+// networkRefused is the error of a call with network where no network
+// namespace is allowed; it matches ErrNetworkRefused.
+type networkRefused struct{ reason error }
+
+func (e networkRefused) Error() string        { return NetworkRefusal(e.reason) }
+func (e networkRefused) Is(target error) bool { return target == ErrNetworkRefused }
 
 // kill sends SIGKILL to the child's cgroup, when it has one, and to its
 // process group pgid.
-func (r *runner) kill(pgid int, cg *cgroup) error {
+func (r *Runner) kill(pgid int, cg *callCgroup) error {
 	var err error
 	if cg != nil {
 		err = cg.kill()
@@ -369,7 +297,7 @@ func (r *runner) kill(pgid int, cg *cgroup) error {
 
 // removeTmp removes the child's TMPDIR, logging a failure (a child can
 // make a directory in it unreadable; Run's result does not depend on it).
-func (r *runner) removeTmp(ctx context.Context, tmp string) {
+func (r *Runner) removeTmp(ctx context.Context, tmp string) {
 	if err := os.RemoveAll(tmp); err != nil {
 		r.log.WarnContext(ctx, "process TMPDIR not removed", "error", err)
 	}
@@ -377,7 +305,7 @@ func (r *runner) removeTmp(ctx context.Context, tmp string) {
 
 // removeCgroup removes the call's cgroup, logging a failure (Run's result
 // does not depend on it).
-func (r *runner) removeCgroup(ctx context.Context, cg *cgroup) {
+func (r *Runner) removeCgroup(ctx context.Context, cg *callCgroup) {
 	if err := cg.remove(); err != nil {
 		r.log.WarnContext(ctx, "process cgroup not removed", "error", err)
 	}
@@ -422,7 +350,7 @@ func closeAll(files ...*os.File) {
 	}
 }
 
-func (r *runner) denied(err error) {
+func (r *Runner) denied(err error) {
 	if r.onDeny != nil {
 		r.onDeny(err)
 	}

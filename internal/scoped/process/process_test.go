@@ -205,8 +205,9 @@ func TestRunEnvIsMinimal(t *testing.T) {
 				got[name] = value
 			}
 			tmp := got["TMPDIR"]
-			require.Equal(t, tmpRoot, filepath.Dir(tmp), "a private TMPDIR under Config.TmpDir")
-			require.True(t, strings.HasPrefix(filepath.Base(tmp), "capstan-proc-"), tmp)
+			require.Equal(t, tmpRoot, filepath.Dir(filepath.Dir(tmp)), "a private TMPDIR under Config.TmpDir")
+			require.True(t, strings.HasPrefix(filepath.Base(filepath.Dir(tmp)), "capstan-worker-"), "in this process's owner directory: %s", tmp)
+			require.True(t, strings.HasPrefix(filepath.Base(tmp), "proc-"), tmp)
 			require.NoDirExists(t, tmp, "the private TMPDIR is removed after the call")
 			delete(got, "TMPDIR")
 			if tt.home == "" {
@@ -234,7 +235,9 @@ func TestRunTmpDir(t *testing.T) {
 		require.Equal(t, 0, res.ExitCode, string(res.Stderr))
 		tmp, ok := strings.CutPrefix(string(res.Stdout), "data\n")
 		require.True(t, ok, string(res.Stdout))
-		require.Equal(t, os.TempDir(), filepath.Dir(tmp), "under os.TempDir() by default")
+		owner := filepath.Dir(tmp)
+		require.Equal(t, os.TempDir(), filepath.Dir(owner), "under os.TempDir() by default")
+		require.True(t, strings.HasPrefix(filepath.Base(owner), "capstan-worker-"), "in this process's owner directory: %s", tmp)
 		require.NoDirExists(t, tmp)
 		dirs = append(dirs, tmp)
 	}

@@ -1,6 +1,8 @@
 package process
 
 import (
+	"context"
+	"net"
 	"path/filepath"
 	"slices"
 
@@ -11,14 +13,26 @@ import (
 
 // Reach is what one call's children may touch besides the system files
 // every child needs: the call's resolved filesystem reach and whether its
-// grant includes network.
+// grant includes network, with the egress proxy that carries it.
 type Reach struct {
 	// FS is the call's resolved fs_reach; nil reaches nothing. Read
 	// prefixes become readable and executable, Write prefixes writable too.
 	FS *capability.FSGrant
-	// Network lets the children use TCP (Landlock cannot tell hosts apart,
-	// so it is any host and port, loopback included); false denies it.
+	// Network is true when the call's grant includes network hosts. A
+	// child then runs in its own network namespace and reaches those hosts
+	// only through Egress, announced in HTTP_PROXY, HTTPS_PROXY, ALL_PROXY
+	// and their lower-case forms; false leaves it no network at all.
 	Network bool
+	// Egress serves the call's egress proxy on the listener the child's
+	// namespace hands back; required when Network is true.
+	Egress Egress
+}
+
+// Egress is the per-call egress proxy: Serve answers proxy requests on ln
+// until ctx ends or ln is closed, checking every target against the call's
+// network grant, and returns when every connection it opened is closed.
+type Egress interface {
+	Serve(ctx context.Context, ln net.Listener) error
 }
 
 // systemRead lists what every confined child may read and execute, on top
@@ -46,13 +60,15 @@ var networkRead = []string{
 // systemWrite lists the devices every confined child may read and write.
 var systemWrite = []string{"/dev/null", "/dev/zero", "/dev/full"}
 
-// spec returns the Landlock rules of a child running binary path in its
-// private temporary directory tmp: the system files, the trusted PATH, the
-// binary's own directory (before and after symlinks; the binary alone when
-// that directory is /), then the call's reach.
-func (r *runner) spec(path, tmp string) launcher.Spec {
+// spec returns the launcher's Spec for a child running binary path in its
+// private temporary directory tmp, with network mode net: the Landlock
+// rules (the system files, the trusted PATH, the binary's own directory
+// before and after symlinks (the binary alone when that directory is /),
+// then the call's reach), the namespace, the filter and the cgroup v1
+// directories to join.
+func (r *Runner) spec(path, tmp string, net launcher.Net, cgroups []string) launcher.Spec {
 	read := slices.Concat(systemRead, r.resolver.Path())
-	if r.reach.Network {
+	if net != launcher.NetNone {
 		read = append(read, networkRead...)
 	}
 	read = append(read, binaryDir(path))
@@ -64,7 +80,11 @@ func (r *runner) spec(path, tmp string) launcher.Spec {
 		read = append(read, r.reach.FS.Read...)
 		write = append(write, r.reach.FS.Write...)
 	}
-	return launcher.Spec{Read: dedupe(read), Write: dedupe(write), Network: r.reach.Network}
+	s := launcher.Spec{Net: net, NetNS: r.netns, Seccomp: r.seccomp, Cgroups: cgroups}
+	if r.landlock {
+		s.Landlock, s.Read, s.Write = true, dedupe(read), dedupe(write)
+	}
+	return s
 }
 
 // binaryDir is the directory of an absolute binary path, or the path
@@ -89,7 +109,7 @@ func dedupe(paths []string) []string {
 // checkDir refuses a working directory outside the call's reach:
 // "PATH_NOT_REACHABLE: read not permitted for <dir>". dir is absolute and
 // clean.
-func (r *runner) checkDir(dir string) error {
+func (r *Runner) checkDir(dir string) error {
 	if fs := r.reach.FS; fs != nil {
 		for _, prefix := range slices.Concat(fs.Read, fs.Write) {
 			if capability.Covers(prefix, dir) {

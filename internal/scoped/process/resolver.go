@@ -94,7 +94,7 @@ func (r *Resolver) lookup(name string) resolved {
 }
 
 // binaryPath returns the path to execute for cmd.Binary.
-func (r *runner) binaryPath(cmd tool.Command) (string, error) {
+func (r *Runner) binaryPath(cmd tool.Command) (string, error) {
 	switch {
 	case !strings.ContainsRune(cmd.Binary, '/'):
 		return r.resolver.Resolve(cmd.Binary)

@@ -5,21 +5,51 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/capstanhq/capstan/internal/scoped/process/launcher"
 )
 
-// MinConfinedABI is the lowest Landlock ABI at which children count as
-// confined: their files are restricted, truncation included (ABI 3), and
-// so is TCP (ABI 4). Below it, from ABI 1, the runner still applies what
-// the kernel can restrict, but SandboxStatus reports the sandbox degraded.
-const MinConfinedABI = 4
+// MinConfinedABI is the lowest Landlock ABI at which children's files count
+// as confined: reads, writes and truncation (ABI 3) are restricted to the
+// call's reach. Their network is confined by the network namespace and the
+// seccomp filter, whatever the ABI.
+const MinConfinedABI = 3
+
+// NetworkMode is what a call whose process grant includes network gets on
+// a machine without user namespaces (CAPSTAN_PROCESS_NETWORK).
+type NetworkMode string
+
+// The network modes.
+const (
+	// NetworkConfined (the default) gives such a child its own network
+	// namespace and the call's egress proxy, or refuses the call where
+	// the machine has no user namespaces.
+	NetworkConfined NetworkMode = ""
+	// NetworkUnconfined lets such a child use TCP and UDP to any host
+	// where the machine has no user namespaces (the worker says so at
+	// start and in /readyz).
+	NetworkUnconfined NetworkMode = "unconfined"
+)
+
+// ParseNetworkMode parses CAPSTAN_PROCESS_NETWORK: "" or "confined", or
+// "unconfined".
+func ParseNetworkMode(s string) (NetworkMode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "confined":
+		return NetworkConfined, nil
+	case "unconfined":
+		return NetworkUnconfined, nil
+	}
+	return "", fmt.Errorf("%q must be confined or unconfined", s)
+}
 
 // SandboxStatus is the confinement the runners of this process give their
-// children, as probed once at first use (Sandbox). It is meant for the
-// worker's start-up log line and its readiness details.
+// children, as probed once at first use (Sandbox), for the worker's
+// start-up log line and its readiness details.
 type SandboxStatus struct {
 	// LandlockABI is the kernel's Landlock ABI version; 0 when Landlock
 	// is not available.
@@ -27,8 +57,21 @@ type SandboxStatus struct {
 	// Landlock is true when children run under a Landlock ruleset (ABI 1
 	// or more and the launcher can start).
 	Landlock bool `json:"landlock"`
-	// Confined is true when Landlock is applied at MinConfinedABI or above:
-	// files and TCP are restricted to the call's grant.
+	// Seccomp is true when children run under the launcher's seccomp
+	// filter (launcher.Policy).
+	Seccomp bool `json:"seccomp"`
+	// NetworkNamespace is true when each child runs in a user and network
+	// namespace of its own, with loopback only (and, for a call with
+	// network, the call's egress proxy).
+	NetworkNamespace bool `json:"network_namespace"`
+	// ProcessNetwork is what a call whose process grant includes network
+	// gets: "proxy" (its own namespace and the egress proxy), "refused"
+	// (no namespaces here: such calls are refused before they start) or
+	// "unconfined" (no namespaces and CAPSTAN_PROCESS_NETWORK=unconfined:
+	// TCP and UDP to any host).
+	ProcessNetwork string `json:"process_network"`
+	// Confined is true when files, TCP, UDP, multipath TCP and raw sockets
+	// are all enforced for every child.
 	Confined bool `json:"confined"`
 	// CgroupKill is true when each child runs in its own cgroup v2, which
 	// is killed as a whole, so no descendant outlives its call.
@@ -36,22 +79,37 @@ type SandboxStatus struct {
 	// Cgroup is the cgroup v2 directory the per-call cgroups are created
 	// in, when CgroupKill.
 	Cgroup string `json:"cgroup,omitempty"`
-	// Degraded is true when Confined or CgroupKill is false.
+	// Ceilings lists the per-call ceilings enforced ("memory", "pids",
+	// "cpu"); empty when none apply.
+	Ceilings []string `json:"ceilings"`
+	// CeilingsCgroup is the cgroup version that enforces them: "v2", or
+	// "v1" on a machine whose controllers are on cgroup v1 hierarchies.
+	CeilingsCgroup string `json:"ceilings_cgroup,omitempty"`
+	// Degraded is true when Confined or CgroupKill is false or a ceiling
+	// does not apply.
 	Degraded bool `json:"degraded"`
 	// Reason says, when Degraded, what is missing, why, and what a child
 	// can then do; empty otherwise.
 	Reason string `json:"reason,omitempty"`
 	// Unrestricted lists what Landlock at this ABI does not restrict for a
-	// child, even when Confined; empty without Landlock (Reason covers it).
+	// child (the namespace and the filter may cover it); empty without
+	// Landlock (Reason covers it).
 	Unrestricted []string `json:"unrestricted,omitempty"`
 }
 
 // LogAttrs returns the status as log attributes with snake_case keys.
 func (s SandboxStatus) LogAttrs() []slog.Attr {
 	attrs := []slog.Attr{
-		slog.Int("landlock_abi", s.LandlockABI),
 		slog.Bool("confined", s.Confined),
+		slog.Int("landlock_abi", s.LandlockABI),
+		slog.Bool("seccomp", s.Seccomp),
+		slog.Bool("network_namespace", s.NetworkNamespace),
+		slog.String("process_network", s.ProcessNetwork),
 		slog.Bool("cgroup_kill", s.CgroupKill),
+		slog.String("ceilings", strings.Join(s.Ceilings, ",")),
+	}
+	if s.CeilingsCgroup != "" {
+		attrs = append(attrs, slog.String("ceilings_cgroup", s.CeilingsCgroup))
 	}
 	if s.Cgroup != "" {
 		attrs = append(attrs, slog.String("cgroup", s.Cgroup))
@@ -75,65 +133,125 @@ func (s SandboxStatus) Log(ctx context.Context, log *slog.Logger) {
 	log.LogAttrs(ctx, level, "process sandbox", s.LogAttrs()...)
 }
 
-// sandbox is the probed confinement of this process.
-type sandbox struct {
-	status SandboxStatus
+// probes are the results of probing this machine, once per process.
+type probes struct {
+	abi    int
+	abiErr error // Landlock unusable
+	// seccompErr: the launcher cannot install its filter.
+	seccompErr error
+	// netnsErr: the launcher cannot start in a user and network namespace
+	// of its own and bring its loopback up.
+	netnsErr error
+	// cgroup is the parent of the per-call cgroups v2; cgErr: no cgroup
+	// v2 kill.
+	cgroup string
+	cgErr  error
+	// ceil is what enforces the ceilings; ceilErr why some are missing.
+	ceil    ceilings
+	ceilErr error
 }
 
-// probedSandbox probes the kernel and the cgroup once per process.
+// sandbox is the probed confinement of this process.
+type sandbox struct {
+	probes
+	status SandboxStatus // for NetworkConfined
+}
+
+// probedSandbox probes the kernel and the cgroups once per process.
 var probedSandbox = sync.OnceValue(func() *sandbox {
-	abi, abiErr := launcher.ABI()
-	if abiErr == nil {
-		// The launcher is this binary, started again through /proc.
-		if _, err := os.Stat(launcher.Self); err != nil {
-			abiErr = fmt.Errorf("cannot re-execute the worker binary: %w", err)
-		}
+	var p probes
+	p.abi, p.abiErr = launcher.ABI()
+	// The launcher is this binary, started again through /proc.
+	if _, err := os.Stat(launcher.Self); err != nil {
+		err = fmt.Errorf("cannot re-execute the worker binary: %w", err)
+		p.abiErr, p.seccompErr, p.netnsErr = err, err, err
+	} else {
+		p.seccompErr = launcher.Probe(launcher.Spec{Seccomp: true}, nil)
+		p.netnsErr = launcher.Probe(launcher.Spec{NetNS: true, Net: launcher.NetProxy}, launcher.NetNSAttr(&syscall.SysProcAttr{Setpgid: true}))
 	}
-	parent, cgErr := ownCgroup()
-	if cgErr == nil {
-		cgErr = probeCgroup(parent)
+	p.cgroup, p.cgErr = ownCgroup()
+	if p.cgErr == nil {
+		p.cgErr = probeCgroup(p.cgroup)
 	}
-	return &sandbox{status: newStatus(abi, abiErr, parent, cgErr)}
+	p.ceil, p.ceilErr = probeCeilings(p.cgroup, p.cgErr)
+	return &sandbox{probes: p, status: newStatus(p, NetworkConfined)}
 })
 
 // Sandbox returns the confinement the runners of this process give their
-// children (unless a runner's Config turns part of it off): the kernel's
-// Landlock ABI, whether children are confined, whether a cgroup kill is
-// available, and why not. It is probed once, at the first call.
+// children with the default network mode (unless a runner's Config turns
+// part of it off); Config.Sandbox gives it for a network mode. It is probed
+// once, at the first call.
 func Sandbox() SandboxStatus {
-	s := probedSandbox().status
-	s.Unrestricted = append([]string(nil), s.Unrestricted...)
+	return clone(probedSandbox().status)
+}
+
+// Sandbox returns the confinement runners built with c give their
+// children: Sandbox with c's network mode applied.
+func (c Config) Sandbox() SandboxStatus {
+	sb := probedSandbox()
+	if c.Network == NetworkConfined {
+		return clone(sb.status)
+	}
+	return newStatus(sb.probes, c.Network)
+}
+
+func clone(s SandboxStatus) SandboxStatus {
+	s.Unrestricted = slices.Clone(s.Unrestricted)
+	s.Ceilings = slices.Clone(s.Ceilings)
 	return s
 }
 
-// newStatus builds the status from the probes' results: abi (0 or with
-// abiErr non-nil: no Landlock) and the cgroup parent (cgErr non-nil: no
-// cgroup kill).
-func newStatus(abi int, abiErr error, cgroup string, cgErr error) SandboxStatus {
-	s := SandboxStatus{LandlockABI: abi}
-	if abiErr != nil {
-		s.LandlockABI = max(abi, 0)
+// newStatus builds the status from the probes' results for a network mode.
+func newStatus(p probes, network NetworkMode) SandboxStatus {
+	s := SandboxStatus{LandlockABI: max(p.abi, 0)}
+	s.Landlock = p.abiErr == nil && p.abi > 0
+	s.Seccomp = p.seccompErr == nil
+	s.NetworkNamespace = p.netnsErr == nil
+	switch {
+	case s.NetworkNamespace:
+		s.ProcessNetwork = "proxy"
+	case network == NetworkUnconfined:
+		s.ProcessNetwork = "unconfined"
+	default:
+		s.ProcessNetwork = "refused"
 	}
-	s.Landlock = abiErr == nil && abi > 0
-	s.Confined = s.Landlock && abi >= MinConfinedABI
-	s.CgroupKill = cgErr == nil
+	files := s.Landlock && p.abi >= MinConfinedABI
+	s.Confined = files && s.Seccomp && s.ProcessNetwork != "unconfined"
+	s.CgroupKill = p.cgErr == nil
 	if s.CgroupKill {
-		s.Cgroup = cgroup
+		s.Cgroup = p.cgroup
+	}
+	s.Ceilings = p.ceil.names()
+	if len(s.Ceilings) > 0 {
+		s.CeilingsCgroup = p.ceil.version()
 	}
 	var reasons []string
 	switch {
 	case !s.Landlock:
-		reasons = append(reasons, fmt.Sprintf("Landlock is not available (%v): children are not confined and reach whatever the worker's OS user reaches", abiErr))
-	case !s.Confined:
-		reasons = append(reasons, fmt.Sprintf("Landlock ABI %d is below %d: children's files are confined but these are not restricted: %s", abi, MinConfinedABI, strings.Join(missing(abi, MinConfinedABI), ", ")))
+		reasons = append(reasons, fmt.Sprintf("Landlock is not available (%v): children's files are not confined and they read and write whatever the worker's OS user can", p.abiErr))
+	case !files:
+		reasons = append(reasons, fmt.Sprintf("Landlock ABI %d is below %d: children's files are confined but these are not restricted: %s", p.abi, MinConfinedABI, strings.Join(missing(p.abi, MinConfinedABI), ", ")))
+	}
+	if !s.Seccomp {
+		reasons = append(reasons, fmt.Sprintf("no seccomp filter (%v): children can open multipath TCP, raw and packet sockets and use ptrace, bpf, io_uring and namespaces as far as the kernel lets their user", p.seccompErr))
+	}
+	if !s.NetworkNamespace {
+		what := "calls whose process grant includes network are refused (CAPSTAN_PROCESS_NETWORK=unconfined lets them use any host)"
+		if network == NetworkUnconfined {
+			what = "children of calls with network use TCP and UDP to any host, loopback and the NATS server included (CAPSTAN_PROCESS_NETWORK=unconfined)"
+		}
+		reasons = append(reasons, fmt.Sprintf("no user and network namespace for children (%v): %s", p.netnsErr, what))
 	}
 	if !s.CgroupKill {
-		reasons = append(reasons, fmt.Sprintf("no cgroup v2 kill (%v): a descendant that leaves the child's process group (setsid) can outlive its call", cgErr))
+		reasons = append(reasons, fmt.Sprintf("no cgroup v2 kill (%v): a descendant that leaves the child's process group (setsid) can outlive its call", p.cgErr))
+	}
+	if p.ceilErr != nil {
+		reasons = append(reasons, p.ceilErr.Error())
 	}
 	s.Degraded = len(reasons) > 0
 	s.Reason = strings.Join(reasons, "; ")
 	if s.Landlock {
-		s.Unrestricted = append(missing(abi, 1<<30), "multipath TCP sockets (Landlock restricts classic TCP only)")
+		s.Unrestricted = missing(p.abi, 1<<30)
 	}
 	return s
 }

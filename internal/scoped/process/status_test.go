@@ -20,78 +20,93 @@ import (
 func TestNewStatus(t *testing.T) {
 	t.Parallel()
 	noLandlock := errors.New("landlock_create_ruleset: function not implemented")
+	noUserNS := errors.New("network: loopback: bring up: operation not permitted")
+	noSeccomp := errors.New("seccomp: install the filter: invalid argument")
 	noCgroup := errors.New("create a cgroup under /sys/fs/cgroup: permission denied")
-	const notConfined = "Landlock is not available (landlock_create_ruleset: function not implemented): children are not confined and reach whatever the worker's OS user reaches"
-	const escapes = "no cgroup v2 kill (create a cgroup under /sys/fs/cgroup: permission denied): a descendant that leaves the child's process group (setsid) can outlive its call"
-	const mptcp = "multipath TCP sockets (Landlock restricts classic TCP only)"
+	noCeil := errors.New("no ceilings apply: children's memory, processes and CPU are not limited per call (cgroup v2: x)")
+	all := []string{"memory", "pids", "cpu"}
+	const (
+		escapes  = "no cgroup v2 kill (create a cgroup under /sys/fs/cgroup: permission denied): a descendant that leaves the child's process group (setsid) can outlive its call"
+		refused  = "no user and network namespace for children (network: loopback: bring up: operation not permitted): calls whose process grant includes network are refused (CAPSTAN_PROCESS_NETWORK=unconfined lets them use any host)"
+		anyHost  = "no user and network namespace for children (network: loopback: bring up: operation not permitted): children of calls with network use TCP and UDP to any host, loopback and the NATS server included (CAPSTAN_PROCESS_NETWORK=unconfined)"
+		filter   = "no seccomp filter (seccomp: install the filter: invalid argument): children can open multipath TCP, raw and packet sockets and use ptrace, bpf, io_uring and namespaces as far as the kernel lets their user"
+		noFiles  = "Landlock is not available (landlock_create_ruleset: function not implemented): children's files are not confined and they read and write whatever the worker's OS user can"
+		unixSock = "connecting to pathname unix sockets (ABI 9)"
+		udp      = "UDP (ABI 10)"
+	)
+	full := process.Probes{ABI: 7, Cgroup: "/sys/fs/cgroup/w", V2: all}
+	with := func(f func(p *process.Probes)) process.Probes { p := full; f(&p); return p }
 	tests := []struct {
-		name  string
-		abi   int
-		abiEr error
-		cgEr  error
-		want  process.SandboxStatus
+		name    string
+		probes  process.Probes
+		network process.NetworkMode
+		want    process.SandboxStatus
 	}{
 		{
-			name: "ABI 7 with cgroup",
-			abi:  7,
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Confined: true, CgroupKill: true, Cgroup: "/sys/fs/cgroup/w",
-				Unrestricted: []string{"connecting to pathname unix sockets (ABI 9)", "UDP (ABI 10)", mptcp}},
+			name: "everything", probes: full,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Confined: true,
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Unrestricted: []string{unixSock, udp}},
 		},
 		{
-			name: "ABI 4 is the minimum",
-			abi:  4,
-			want: process.SandboxStatus{LandlockABI: 4, Landlock: true, Confined: true, CgroupKill: true, Cgroup: "/sys/fs/cgroup/w",
-				Unrestricted: []string{"device ioctls (ABI 5)", "signals and abstract unix sockets to processes outside the sandbox (ABI 6)", "connecting to pathname unix sockets (ABI 9)", "UDP (ABI 10)", mptcp}},
+			name: "ceilings on cgroup v1", probes: with(func(p *process.Probes) {
+				p.V2 = nil
+				p.V1 = map[string]string{"memory": "/m", "pids": "/p", "cpu": "/c"}
+			}),
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Confined: true,
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v1", Unrestricted: []string{unixSock, udp}},
 		},
 		{
-			name: "ABI 11",
-			abi:  11,
-			want: process.SandboxStatus{LandlockABI: 11, Landlock: true, Confined: true, CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Unrestricted: []string{mptcp}},
+			name: "no user namespaces: network refused, still confined", probes: with(func(p *process.Probes) { p.NetErr = noUserNS }),
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, ProcessNetwork: "refused", Confined: true,
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: refused, Unrestricted: []string{unixSock, udp}},
 		},
 		{
-			name: "ABI 3 is degraded",
-			abi:  3,
-			want: process.SandboxStatus{LandlockABI: 3, Landlock: true, CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Degraded: true,
-				Reason:       "Landlock ABI 3 is below 4: children's files are confined but these are not restricted: TCP bind and connect (ABI 4)",
-				Unrestricted: []string{"TCP bind and connect (ABI 4)", "device ioctls (ABI 5)", "signals and abstract unix sockets to processes outside the sandbox (ABI 6)", "connecting to pathname unix sockets (ABI 9)", "UDP (ABI 10)", mptcp}},
+			name: "no user namespaces, network unconfined: not confined", probes: with(func(p *process.Probes) { p.NetErr = noUserNS }), network: process.NetworkUnconfined,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, ProcessNetwork: "unconfined",
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: anyHost, Unrestricted: []string{unixSock, udp}},
 		},
 		{
-			name: "ABI 1 is degraded",
-			abi:  1,
-			want: process.SandboxStatus{LandlockABI: 1, Landlock: true, CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Degraded: true,
-				Reason:       "Landlock ABI 1 is below 4: children's files are confined but these are not restricted: file truncation (ABI 3), TCP bind and connect (ABI 4)",
-				Unrestricted: []string{"file truncation (ABI 3)", "TCP bind and connect (ABI 4)", "device ioctls (ABI 5)", "signals and abstract unix sockets to processes outside the sandbox (ABI 6)", "connecting to pathname unix sockets (ABI 9)", "UDP (ABI 10)", mptcp}},
+			name: "unconfined mode changes nothing with namespaces", probes: full, network: process.NetworkUnconfined,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Confined: true,
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Unrestricted: []string{unixSock, udp}},
 		},
 		{
-			name:  "no Landlock",
-			abiEr: noLandlock,
-			want:  process.SandboxStatus{CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Degraded: true, Reason: notConfined},
+			name: "no seccomp", probes: with(func(p *process.Probes) { p.SeccompErr = noSeccomp }),
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, NetworkNamespace: true, ProcessNetwork: "proxy",
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: filter, Unrestricted: []string{unixSock, udp}},
 		},
 		{
-			name:  "Landlock but no launcher",
-			abi:   7,
-			abiEr: errors.New("cannot re-execute the worker binary: stat /proc/self/exe: no such file or directory"),
-			want: process.SandboxStatus{LandlockABI: 7, CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Degraded: true,
-				Reason: "Landlock is not available (cannot re-execute the worker binary: stat /proc/self/exe: no such file or directory): children are not confined and reach whatever the worker's OS user reaches"},
+			name: "ABI 2 is below the minimum", probes: with(func(p *process.Probes) { p.ABI = 2 }),
+			want: process.SandboxStatus{LandlockABI: 2, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy",
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true,
+				Reason:       "Landlock ABI 2 is below 3: children's files are confined but these are not restricted: file truncation (ABI 3)",
+				Unrestricted: []string{"file truncation (ABI 3)", "TCP bind and connect (ABI 4)", "device ioctls (ABI 5)", "signals and abstract unix sockets to processes outside the sandbox (ABI 6)", unixSock, udp}},
 		},
 		{
-			name: "no cgroup",
-			abi:  6,
-			cgEr: noCgroup,
-			want: process.SandboxStatus{LandlockABI: 6, Landlock: true, Confined: true, Degraded: true, Reason: escapes,
-				Unrestricted: []string{"connecting to pathname unix sockets (ABI 9)", "UDP (ABI 10)", mptcp}},
+			name: "ABI 11", probes: with(func(p *process.Probes) { p.ABI = 11 }),
+			want: process.SandboxStatus{LandlockABI: 11, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Confined: true,
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2"},
 		},
 		{
-			name:  "nothing",
-			abiEr: noLandlock,
-			cgEr:  noCgroup,
-			want:  process.SandboxStatus{Degraded: true, Reason: notConfined + "; " + escapes},
+			name: "no Landlock", probes: with(func(p *process.Probes) { p.ABI, p.ABIErr = 0, noLandlock }),
+			want: process.SandboxStatus{Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy",
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: noFiles},
+		},
+		{
+			name: "no cgroup, no ceilings", probes: with(func(p *process.Probes) { p.CgroupErr, p.V2, p.CeilErr = noCgroup, nil, noCeil }),
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Confined: true,
+				Ceilings: []string{}, Degraded: true, Reason: escapes + "; " + noCeil.Error(), Unrestricted: []string{unixSock, udp}},
+		},
+		{
+			name: "nothing", probes: process.Probes{ABIErr: noLandlock, SeccompErr: noSeccomp, NetErr: noUserNS, CgroupErr: noCgroup, CeilErr: noCeil},
+			want: process.SandboxStatus{ProcessNetwork: "refused", Ceilings: []string{}, Degraded: true,
+				Reason: strings.Join([]string{noFiles, filter, refused, escapes, noCeil.Error()}, "; ")},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tt.want, process.NewStatus(tt.abi, tt.abiEr, "/sys/fs/cgroup/w", tt.cgEr))
+			require.Equal(t, tt.want, process.NewStatus(tt.probes, tt.network))
 		})
 	}
 }
@@ -105,15 +120,20 @@ func TestSandboxStatusLog(t *testing.T) {
 	}{
 		{
 			name:   "complete",
-			status: process.NewStatus(7, nil, "/sys/fs/cgroup/w", nil),
-			want: map[string]any{"level": "INFO", "msg": "process sandbox", "landlock_abi": 7.0, "confined": true, "cgroup_kill": true, "cgroup": "/sys/fs/cgroup/w",
-				"unrestricted": "connecting to pathname unix sockets (ABI 9), UDP (ABI 10), multipath TCP sockets (Landlock restricts classic TCP only)"},
+			status: process.NewStatus(process.Probes{ABI: 7, Cgroup: "/sys/fs/cgroup/w", V2: []string{"memory", "pids"}, CeilErr: errors.New("no cpu ceiling")}, ""),
+			want: map[string]any{"level": "WARN", "msg": "process sandbox", "confined": true, "landlock_abi": 7.0, "seccomp": true, "network_namespace": true,
+				"process_network": "proxy", "cgroup_kill": true, "cgroup": "/sys/fs/cgroup/w", "ceilings": "memory,pids", "ceilings_cgroup": "v2",
+				"reason": "no cpu ceiling", "unrestricted": "connecting to pathname unix sockets (ABI 9), UDP (ABI 10)"},
 		},
 		{
 			name:   "degraded",
-			status: process.NewStatus(0, syscall.ENOSYS, "", errors.New("no cgroup")),
-			want: map[string]any{"level": "WARN", "msg": "process sandbox", "landlock_abi": 0.0, "confined": false, "cgroup_kill": false,
-				"reason": "Landlock is not available (function not implemented): children are not confined and reach whatever the worker's OS user reaches; no cgroup v2 kill (no cgroup): a descendant that leaves the child's process group (setsid) can outlive its call"},
+			status: process.NewStatus(process.Probes{ABIErr: syscall.ENOSYS, SeccompErr: syscall.ENOSYS, NetErr: syscall.EPERM, CgroupErr: errors.New("no cgroup"), CeilErr: errors.New("no ceilings apply")}, ""),
+			want: map[string]any{"level": "WARN", "msg": "process sandbox", "confined": false, "landlock_abi": 0.0, "seccomp": false, "network_namespace": false,
+				"process_network": "refused", "cgroup_kill": false, "ceilings": "",
+				"reason": "Landlock is not available (function not implemented): children's files are not confined and they read and write whatever the worker's OS user can; " +
+					"no seccomp filter (function not implemented): children can open multipath TCP, raw and packet sockets and use ptrace, bpf, io_uring and namespaces as far as the kernel lets their user; " +
+					"no user and network namespace for children (operation not permitted): calls whose process grant includes network are refused (CAPSTAN_PROCESS_NETWORK=unconfined lets them use any host); " +
+					"no cgroup v2 kill (no cgroup): a descendant that leaves the child's process group (setsid) can outlive its call; no ceilings apply"},
 		},
 	}
 	for _, tt := range tests {
@@ -135,15 +155,29 @@ func TestSandboxStatusLog(t *testing.T) {
 	}
 }
 
-// TestSandboxProbe checks the live probe against the kernel.
+func TestParseNetworkMode(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]process.NetworkMode{"": process.NetworkConfined, "confined": process.NetworkConfined, " Unconfined ": process.NetworkUnconfined} {
+		got, err := process.ParseNetworkMode(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	_, err := process.ParseNetworkMode("open")
+	require.EqualError(t, err, `"open" must be confined or unconfined`)
+}
+
+// TestSandboxProbe checks the live probe against the kernel: what it
+// reports is what the launcher can do here.
 func TestSandboxProbe(t *testing.T) {
 	t.Parallel()
 	s := process.Sandbox()
 	abi, err := launcher.ABI()
 	require.Equal(t, abi, s.LandlockABI)
 	require.Equal(t, err == nil && abi > 0, s.Landlock)
-	require.Equal(t, s.Landlock && abi >= process.MinConfinedABI, s.Confined)
-	require.Equal(t, !s.Confined || !s.CgroupKill, s.Degraded)
+	require.Equal(t, launcher.Probe(launcher.Spec{Seccomp: true}, nil) == nil, s.Seccomp)
+	netns := launcher.Probe(launcher.Spec{NetNS: true}, launcher.NetNSAttr(nil))
+	require.Equal(t, netns == nil, s.NetworkNamespace, "probe: %v", netns)
+	require.Equal(t, s.Landlock && abi >= process.MinConfinedABI && s.Seccomp && s.NetworkNamespace, s.Confined)
 	require.Equal(t, s.Degraded, s.Reason != "")
 	if s.CgroupKill {
 		fi, err := os.Stat(s.Cgroup)
@@ -153,7 +187,17 @@ func TestSandboxProbe(t *testing.T) {
 		require.Empty(t, s.Cgroup)
 		require.Contains(t, s.Reason, "no cgroup v2 kill")
 	}
+	if len(s.Ceilings) < 3 {
+		require.True(t, s.Degraded)
+	}
 	s.Unrestricted = append(s.Unrestricted, "changed")
 	require.NotContains(t, process.Sandbox().Unrestricted, "changed", "Sandbox returns a copy")
+	u := process.Config{Network: process.NetworkUnconfined}.Sandbox()
+	if s.NetworkNamespace {
+		require.Equal(t, "proxy", u.ProcessNetwork, "unconfined only matters without namespaces")
+	} else {
+		require.Equal(t, "unconfined", u.ProcessNetwork)
+		require.False(t, u.Confined)
+	}
 	t.Logf("sandbox of this machine: %+v", process.Sandbox())
 }

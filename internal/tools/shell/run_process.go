@@ -3,7 +3,9 @@ package shell
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/capstanhq/capstan/tool"
@@ -97,8 +99,14 @@ func executeRunProcess(ctx context.Context, raw json.RawMessage, tc *tool.Contex
 		}
 		return tool.Fail(tool.CodeExecutionFailed, timedOutMsg("Process", d, out)), nil
 	}
-	r := tool.OK("exit code " + strconv.Itoa(res.ExitCode) + "\n" + streams(res))
-	r.Structured = map[string]any{"exit_code": res.ExitCode, "stdout": string(res.Stdout), "stderr": string(res.Stderr)}
+	value := "exit code " + strconv.Itoa(res.ExitCode) + "\n" + streams(res)
+	structured := map[string]any{"exit_code": res.ExitCode, "stdout": string(res.Stdout), "stderr": string(res.Stderr)}
+	if len(res.LimitsHit) > 0 {
+		value += "\n--- limits ---\n" + strings.Join(res.LimitsHit, "\n")
+		structured["limits_hit"] = slices.Clone(res.LimitsHit)
+	}
+	r := tool.OK(value)
+	r.Structured = structured
 	return r, nil
 }
 

@@ -1,6 +1,8 @@
 package shell_test
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +128,42 @@ func TestRunProcessDenials(t *testing.T) {
 		require.ErrorContains(t, err, `resolve binary "no-such-binary-xyz" on the trusted PATH`)
 		_, isDenial := tool.DenialCode(err)
 		require.False(t, isDenial)
+	})
+}
+
+// limited returns a real runner of binaries with small ceilings, skipping
+// the test where the machine enforces no such ceiling.
+func limited(t *testing.T, ceiling string, binaries ...string) tool.Runner {
+	t.Helper()
+	if s := process.Sandbox(); !slices.Contains(s.Ceilings, ceiling) {
+		t.Skipf("needs the %s ceiling; this machine: %s", ceiling, s.Reason)
+	}
+	g := &capability.BinaryGrant{Declared: binaries, Limits: capability.ProcessLimits{MemoryBytes: 64 << 20, MemoryText: "64MiB", Pids: 32}}
+	return process.New(g, process.Reach{}, resolver, process.Config{}, nil)
+}
+
+func TestRunProcessCeilings(t *testing.T) {
+	t.Parallel()
+	t.Run("pids", func(t *testing.T) {
+		t.Parallel()
+		tc := &tool.Context{Process: limited(t, "pids", "*")}
+		script := `i=0; while [ $i -lt 200 ]; do sleep 60 & i=$((i+1)); done; echo started $i`
+		got := mustExec(t, shell.RunProcess(), jsonArgs(t, map[string]any{"binary": "sh", "args": []string{"-c", script}}), tc)
+		require.True(t, got.OK, "%+v", got)
+		require.True(t, strings.HasSuffix(got.Value, "\n--- limits ---\npids limit 32 reached"), got.Value)
+		require.Equal(t, []string{"pids limit 32 reached"}, got.Structured["limits_hit"])
+	})
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		tc := &tool.Context{Process: limited(t, "memory", "*")}
+		script := `x=$(head -c 300000000 /dev/zero | tr '\0' a); echo ${#x}`
+		_, err := call(t, shell.RunProcess(), jsonArgs(t, map[string]any{"binary": "bash", "args": []string{"-c", script}}), tc)
+		require.EqualError(t, err, "Process killed: memory limit 64MiB reached")
+	})
+	t.Run("terminal shows the pids ceiling", func(t *testing.T) {
+		t.Parallel()
+		tc := &tool.Context{Process: limited(t, "pids", "bash")}
+		got := mustExec(t, shell.Terminal(), jsonArgs(t, map[string]any{"command": `exec sh -c 'i=0; while [ $i -lt 100 ]; do sleep 60 & i=$((i+1)); done'`}), tc)
+		require.Contains(t, got.Value+got.Error, "[pids limit 32 reached]")
 	})
 }

@@ -110,7 +110,8 @@ func executeTerminal(ctx context.Context, raw json.RawMessage, tc *tool.Context,
 }
 
 // combined is stdout followed by stderr, with a "\n" between them when both
-// are non-empty and stdout does not end with one. A nil res is "".
+// are non-empty and stdout does not end with one, then a line
+// "[<limit> reached]" for each ceiling the command hit. A nil res is "".
 func combined(res *tool.ProcessResult) string {
 	if res == nil {
 		return ""
@@ -122,6 +123,12 @@ func combined(res *tool.ProcessResult) string {
 		b.WriteByte('\n')
 	}
 	b.Write(res.Stderr)
+	for _, l := range res.LimitsHit {
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
+			b.WriteByte('\n')
+		}
+		b.WriteString("[" + l + "]")
+	}
 	return b.String()
 }
 

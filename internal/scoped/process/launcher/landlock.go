@@ -37,8 +37,8 @@ const signalScopingFix = 0x2
 // now on to s, in go-landlock's best-effort mode: every access right the
 // running kernel's Landlock ABI can restrict is restricted, and the rights
 // it cannot are left as they are (Status of the process package reports
-// which). Without Landlock it fails: a launcher runs only when the runner
-// asked for confinement, so it never runs a child unconfined.
+// which). Without Landlock it fails: a launcher asked for Landlock never
+// runs a child without it.
 //
 //   - Files: s.Read hierarchies may be read, listed and executed; s.Write
 //     hierarchies may also be written, truncated (ABI 3+), and have
@@ -46,8 +46,10 @@ const signalScopingFix = 0x2
 //     directories needs ABI 2+); anything else is refused with EACCES.
 //     Device ioctls (ABI 5+) and connecting to pathname unix sockets made
 //     outside the sandbox (ABI 9+) are refused everywhere.
-//   - Network, unless s.Network: TCP bind and connect (ABI 4+) and UDP
-//     bind, connect and send (ABI 10+) are refused.
+//   - Network (ABI 4+ for TCP, 10+ for UDP): NetNone refuses every bind,
+//     connect and send; NetProxy allows TCP connect to ProxyPort only (in
+//     the child's own namespace that is the egress proxy); NetHost leaves
+//     the network alone.
 //   - IPC (ABI 6+): signals to, and abstract unix sockets of, processes
 //     outside the sandbox are refused.
 //
@@ -58,7 +60,7 @@ func Restrict(s Spec) error {
 		return err
 	}
 	cfg := landlock.V11
-	if s.Network {
+	if s.Net == NetHost {
 		cfg.HandledAccessNet = 0
 	}
 	var rules []landlock.Rule
@@ -93,6 +95,9 @@ func Restrict(s Spec) error {
 		default:
 			rules = append(rules, landlock.RWFiles(p).IgnoreIfMissing())
 		}
+	}
+	if s.Net == NetProxy {
+		rules = append(rules, landlock.ConnectTCP(ProxyPort))
 	}
 	return cfg.BestEffort().Restrict(rules...)
 }

@@ -1,32 +1,53 @@
-// Package launcher confines a child process with Landlock before the
-// child's own binary runs.
+// Package launcher confines a child process before the child's own binary
+// runs: cgroups, a loopback-only network namespace, the egress proxy's
+// listener, capabilities, Landlock and a seccomp filter, in that order.
 //
 // The process runner does not start a confined child directly. It runs the
 // current binary again (Self, /proc/self/exe) in launcher mode: argv[0] is
 // Arg0, argv[1] the encoded Spec, argv[2] the absolute path of the binary to
-// run and argv[3:] that binary's argv; file descriptor 3 is the write end of
-// a status pipe. In that mode the launcher applies the Spec's Landlock
-// ruleset to itself and execve(2)s the binary with the environment it was
-// given, so the binary starts confined and shares no Go runtime state with
-// the worker. When any step fails the launcher writes the error to the
-// status pipe and exits with status 126 (127 when the binary does not
-// exist); the runner reads that pipe with Await. With argv[1] "check"
-// instead, the launcher exits 0 at once (Check).
+// run and argv[3:] that binary's argv; file descriptor 3 is the launcher's
+// end of a unix SOCK_SEQPACKET socket pair, its status channel. When the
+// Spec asks for a network namespace, the runner starts the launcher in a
+// new user and network namespace (Cloneflags); the launcher brings the
+// namespace's loopback interface up. In launcher mode the process then
+//
+//  1. joins the cgroup v1 hierarchies the Spec names (cgroup v2 is entered
+//     at clone time by the runner);
+//  2. brings loopback up and, for a child with network, listens on
+//     127.0.0.1:ProxyPort inside the namespace and sends that listening
+//     socket to the runner over the status channel (the runner serves the
+//     call's egress proxy on it);
+//  3. sets no_new_privs and drops every capability (bounding, ambient,
+//     permitted, effective and inheritable sets; securebits keep a root
+//     child from regaining them at execve);
+//  4. applies the Spec's Landlock ruleset;
+//  5. installs the seccomp filter (Filter);
+//  6. execve(2)s the binary with the environment it was given.
+//
+// So the binary starts confined and shares no Go runtime state with the
+// worker. When any step fails the launcher writes the error to the status
+// channel and exits with status 126 (127 when the binary does not exist);
+// the runner reads the channel with Await. With argv[1] "check" the
+// launcher exits 0 at once (Check); with argv[1] "probe" and argv[2] a Spec
+// it runs steps 1 to 5 and exits 0 (Probe), which tells the runner whether
+// this machine allows them.
 //
 // Importing this package installs the hook: an init function that, in
 // launcher mode, never returns. The process package imports it, so every
 // binary that links the worker (the capstan worker, a user's own worker
 // binary, a `go test` binary) handles launcher mode before its main runs.
 // Launcher mode needs both argv[0] equal to Arg0 and descriptor 3 open on a
-// pipe, so an ordinary invocation never enters it. Nothing of the worker's
-// environment reaches the launcher: it runs with the child's environment.
+// socket, so an ordinary invocation never enters it. Nothing of the
+// worker's environment reaches the launcher: it runs with the child's
+// environment. The steps run on the main thread, which is locked to the
+// init goroutine and is the thread that calls execve, so per-thread state
+// (capabilities, the seccomp filter) is the binary's.
 package launcher
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,13 +65,18 @@ const Arg0 = "capstan-sandbox-launcher"
 // started.
 const Self = "/proc/self/exe"
 
-// statusFD is the descriptor of the status pipe's write end in the launcher.
+// ProxyPort is the port of the egress proxy inside a child's network
+// namespace: the child reaches it at 127.0.0.1:ProxyPort, the only TCP
+// port Landlock lets it connect to.
+const ProxyPort = 3128
+
+// statusFD is the descriptor of the status channel in the launcher.
 const statusFD = 3
 
 // specVersion is the version of the Spec encoding; a launcher refuses any
 // other, so a worker and a launcher built from different sources never
 // misread each other.
-const specVersion = 1
+const specVersion = 2
 
 // Exit statuses of a launcher that could not run the binary, as a shell
 // reports them.
@@ -59,21 +85,49 @@ const (
 	exitNotFound  = 127
 )
 
-// Spec is the confinement of one child: the file hierarchies it may read
-// and execute, those it may also write, and whether it may use the network.
-// Every path must be absolute and clean; a path that does not exist when
-// the launcher runs is skipped. A path naming a file grants that file only.
+// Net is what a child may do on the network.
+type Net string
+
+// The network modes of a Spec.
+const (
+	// NetNone denies every socket that could leave the child: in its own
+	// network namespace it has loopback only, Landlock refuses TCP bind and
+	// connect (UDP too from ABI 10) and the seccomp filter refuses IPv4 and
+	// IPv6 sockets altogether.
+	NetNone Net = ""
+	// NetProxy lets the child connect to the egress proxy only: it runs in
+	// its own network namespace and Landlock allows TCP connect to
+	// 127.0.0.1:ProxyPort alone.
+	NetProxy Net = "proxy"
+	// NetHost leaves TCP and UDP unrestricted (CAPSTAN_PROCESS_NETWORK=
+	// unconfined on a machine without user namespaces).
+	NetHost Net = "host"
+)
+
+// Spec is the confinement of one child. Every path must be absolute and
+// clean; a path that does not exist when the launcher runs is skipped. A
+// path naming a file grants that file only.
 type Spec struct {
 	// Version is set by Args; a Spec with another version is refused.
 	Version int `json:"v"`
+	// Landlock applies a Landlock ruleset built from Read, Write and Net;
+	// without it Read and Write are ignored.
+	Landlock bool `json:"landlock,omitempty"`
 	// Read lists hierarchies the child may read, list and execute.
 	Read []string `json:"read,omitempty"`
 	// Write lists hierarchies the child may read, execute, create, write,
 	// truncate, rename, link and remove in.
 	Write []string `json:"write,omitempty"`
-	// Network leaves TCP (and, from Landlock ABI 10, UDP) unrestricted;
-	// false denies every bind and connect that Landlock can restrict.
-	Network bool `json:"network,omitempty"`
+	// Net is the network mode.
+	Net Net `json:"net,omitempty"`
+	// NetNS says the launcher runs in a user and network namespace of its
+	// own (the runner's Cloneflags): it brings loopback up.
+	NetNS bool `json:"netns,omitempty"`
+	// Seccomp installs the filter of Filter(Net != NetNone).
+	Seccomp bool `json:"seccomp,omitempty"`
+	// Cgroups lists cgroup v1 directories the launcher joins first, so the
+	// child and everything it starts is under their limits.
+	Cgroups []string `json:"cgroups,omitempty"`
 }
 
 // validate reports a Spec the launcher would refuse.
@@ -81,12 +135,21 @@ func (s Spec) validate() error {
 	if s.Version != specVersion {
 		return fmt.Errorf("spec version %d, want %d", s.Version, specVersion)
 	}
-	for _, list := range [][]string{s.Read, s.Write} {
+	for _, list := range [][]string{s.Read, s.Write, s.Cgroups} {
 		for _, p := range list {
 			if err := checkPath(p); err != nil {
 				return err
 			}
 		}
+	}
+	switch s.Net {
+	case NetNone, NetHost:
+	case NetProxy:
+		if !s.NetNS {
+			return errors.New("net proxy needs a network namespace")
+		}
+	default:
+		return fmt.Errorf("unknown net mode %q", s.Net)
 	}
 	return nil
 }
@@ -98,13 +161,43 @@ func checkPath(p string) error {
 	return nil
 }
 
+// encode returns the Spec's argv form, with the current version.
+func (s Spec) encode() (string, error) {
+	s.Version = specVersion
+	if err := s.validate(); err != nil {
+		return "", fmt.Errorf("launcher: %w", err)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return "", fmt.Errorf("launcher: encode spec: %w", err)
+	}
+	return string(b), nil
+}
+
+// decodeSpec is the inverse of encode.
+func decodeSpec(text string) (Spec, error) {
+	var s Spec
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return Spec{}, fmt.Errorf("launcher: decode spec: %w", err)
+	}
+	if dec.More() {
+		return Spec{}, errors.New("launcher: decode spec: trailing data")
+	}
+	if err := s.validate(); err != nil {
+		return Spec{}, fmt.Errorf("launcher: %w", err)
+	}
+	return s, nil
+}
+
 // Args returns the argv of a launcher that runs path with argv under s:
 // Arg0, the encoded s, path, then argv. path must be absolute and argv
 // non-empty (argv[0] is the binary's own argv[0]).
 func Args(s Spec, path string, argv []string) ([]string, error) {
-	s.Version = specVersion
-	if err := s.validate(); err != nil {
-		return nil, fmt.Errorf("launcher: %w", err)
+	text, err := s.encode()
+	if err != nil {
+		return nil, err
 	}
 	if err := checkPath(path); err != nil {
 		return nil, fmt.Errorf("launcher: binary %w", err)
@@ -112,11 +205,7 @@ func Args(s Spec, path string, argv []string) ([]string, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("launcher: empty argv")
 	}
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, fmt.Errorf("launcher: encode spec: %w", err)
-	}
-	return append([]string{Arg0, string(b), path}, argv...), nil
+	return append([]string{Arg0, text, path}, argv...), nil
 }
 
 // Parse is the inverse of Args: it returns the Spec, binary path and argv
@@ -125,16 +214,8 @@ func Parse(args []string) (s Spec, path string, argv []string, err error) {
 	if len(args) < 4 || args[0] != Arg0 {
 		return Spec{}, "", nil, fmt.Errorf("launcher: want %s <spec> <path> <argv0> [args...], got %d arguments", Arg0, len(args))
 	}
-	dec := json.NewDecoder(strings.NewReader(args[1]))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return Spec{}, "", nil, fmt.Errorf("launcher: decode spec: %w", err)
-	}
-	if dec.More() {
-		return Spec{}, "", nil, errors.New("launcher: decode spec: trailing data")
-	}
-	if err := s.validate(); err != nil {
-		return Spec{}, "", nil, fmt.Errorf("launcher: %w", err)
+	if s, err = decodeSpec(args[1]); err != nil {
+		return Spec{}, "", nil, err
 	}
 	if err := checkPath(args[2]); err != nil {
 		return Spec{}, "", nil, fmt.Errorf("launcher: binary %w", err)
@@ -144,9 +225,10 @@ func Parse(args []string) (s Spec, path string, argv []string, err error) {
 
 // Prepare turns c into a launcher of path with argv under s: it sets
 // c.Path, c.Args and c.ExtraFiles (which must be empty). It returns the
-// status pipe: after c.Start the caller closes w and calls Await(r); when
-// Start fails it closes both.
-func Prepare(c *exec.Cmd, s Spec, path string, argv []string) (r, w *os.File, err error) {
+// runner's end of the status channel and the launcher's end: after c.Start
+// the caller closes theirs and calls Await(ours); when Start fails it
+// closes both. c.SysProcAttr is the caller's (s.NetNS needs NetNSAttr).
+func Prepare(c *exec.Cmd, s Spec, path string, argv []string) (ours, theirs *os.File, err error) {
 	if len(c.ExtraFiles) > 0 {
 		return nil, nil, errors.New("launcher: the command already has extra files")
 	}
@@ -154,39 +236,134 @@ func Prepare(c *exec.Cmd, s Spec, path string, argv []string) (r, w *os.File, er
 	if err != nil {
 		return nil, nil, err
 	}
-	r, w, err = os.Pipe()
+	ours, theirs, err = channel()
 	if err != nil {
-		return nil, nil, fmt.Errorf("launcher: status pipe: %w", err)
+		return nil, nil, err
 	}
 	c.Path = Self
 	c.Args = args
-	c.ExtraFiles = []*os.File{w}
-	return r, w, nil
+	c.ExtraFiles = []*os.File{theirs}
+	return ours, theirs, nil
 }
 
-// Await reads the status pipe of a started launcher until it closes and
-// closes r. It returns nil when the launcher executed the binary (the pipe
-// closed on exec without a word), or the launcher's error: an *Error,
-// which wraps the syscall.Errno it failed with, if any.
-func Await(r *os.File) error {
-	defer r.Close()
-	b, err := io.ReadAll(io.LimitReader(r, 64<<10))
+// channel returns a connected pair of unix SOCK_SEQPACKET sockets, both
+// close-on-exec (os/exec dups the launcher's end onto descriptor 3).
+func channel() (ours, theirs *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("launcher: read status: %w", err)
+		return nil, nil, fmt.Errorf("launcher: status channel: %w", err)
 	}
-	if len(b) == 0 {
-		return nil
+	return os.NewFile(uintptr(fds[0]), "launcher-status"), os.NewFile(uintptr(fds[1]), "launcher-status-child"), nil
+}
+
+// NetNSAttr returns the clone attributes that start a launcher in a new
+// user and network namespace, mapping the worker's user and group ids to
+// themselves (so files keep their owners) with setgroups denied.
+func NetNSAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
+	if attr == nil {
+		attr = &syscall.SysProcAttr{}
 	}
-	var e Error
-	if err := json.Unmarshal(b, &e); err != nil {
-		return fmt.Errorf("launcher: unreadable status %q", b)
+	uid, gid := os.Geteuid(), os.Getegid()
+	attr.Cloneflags |= syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET
+	attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+	attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+	attr.GidMappingsEnableSetgroups = false
+	return attr
+}
+
+// maxMessage bounds one status message.
+const maxMessage = 64 << 10
+
+// message is one record on the status channel.
+type message struct {
+	// Listener marks the record that carries the proxy's listening socket.
+	Listener bool `json:"listener,omitempty"`
+	// Error is set on a failure record.
+	*Error
+}
+
+// Await reads the status channel of a started launcher until the launcher
+// executed its binary or failed, and closes ours. It returns the listening
+// socket of the egress proxy when the launcher sent one (Spec.Net ==
+// NetProxy; the caller owns it), and nil when the binary was executed (the
+// channel closed on exec without a failure record) or the launcher's
+// error: an *Error, which wraps the syscall.Errno it failed with, if any.
+// On an error the listener, if any, is closed.
+func Await(ours *os.File) (listener *os.File, err error) {
+	defer ours.Close()
+	buf := make([]byte, maxMessage)
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, rerr := unix.Recvmsg(int(ours.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if rerr == unix.EINTR {
+			continue
+		}
+		if rerr != nil {
+			closeFile(listener)
+			return nil, fmt.Errorf("launcher: read status: %w", rerr)
+		}
+		if n == 0 && oobn == 0 {
+			return listener, nil // closed on exec
+		}
+		fds, ferr := rights(oob[:oobn])
+		var m message
+		if jerr := json.Unmarshal(buf[:n], &m); jerr != nil || ferr != nil {
+			closeFDs(fds)
+			closeFile(listener)
+			return nil, fmt.Errorf("launcher: unreadable status %q", buf[:min(n, 256)])
+		}
+		switch {
+		case m.Error != nil:
+			closeFDs(fds)
+			closeFile(listener)
+			return nil, m.Error
+		case m.Listener && len(fds) == 1 && listener == nil:
+			listener = os.NewFile(uintptr(fds[0]), "egress-listener")
+		default:
+			closeFDs(fds)
+			closeFile(listener)
+			return nil, fmt.Errorf("launcher: unexpected status %q with %d descriptors", buf[:min(n, 256)], len(fds))
+		}
 	}
-	return &e
+}
+
+// rights returns the descriptors passed in a control message.
+func rights(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for _, m := range msgs {
+		got, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			closeFDs(fds)
+			return nil, err
+		}
+		fds = append(fds, got...)
+	}
+	return fds, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		_ = unix.Close(fd)
+	}
+}
+
+func closeFile(f *os.File) {
+	if f != nil {
+		_ = f.Close()
+	}
 }
 
 // Error is a launcher's failure, as Await returns it.
 type Error struct {
-	// Step is what failed: "spec", "landlock" or "exec <path>".
+	// Step is what failed: "spec", "cgroup", "network", "capabilities",
+	// "landlock", "seccomp" or "exec <path>".
 	Step string `json:"step"`
 	// Message is the error's text.
 	Message string `json:"message"`
@@ -207,79 +384,113 @@ func (e *Error) Unwrap() error {
 
 func init() {
 	if isLauncher(os.Args) {
-		os.Exit(launch(os.Args, os.NewFile(statusFD, "launcher-status")))
+		os.Exit(launch(os.Args, statusFD))
 	}
 }
 
 // isLauncher reports whether this process was started in launcher mode:
-// argv[0] is Arg0 and descriptor 3 is a pipe.
+// argv[0] is Arg0 and descriptor 3 is a socket.
 func isLauncher(args []string) bool {
 	if len(args) == 0 || args[0] != Arg0 {
 		return false
 	}
 	var st unix.Stat_t
-	return unix.Fstat(statusFD, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
+	return unix.Fstat(statusFD, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK
 }
 
-// checkArg, as argv[1], makes a launcher exit 0 at once (Check).
-const checkArg = "check"
+// Modes of argv[1] other than a Spec.
+const (
+	checkArg = "check"
+	probeArg = "probe"
+)
 
 // Check starts a launcher with attr that exits at once without confining
 // or running anything, and waits for it. It tells whether children can be
 // started that way: a seccomp filter may refuse clone3, which placing a
 // child in a cgroup at start needs.
 func Check(attr *syscall.SysProcAttr) error {
-	c := exec.Command(Self)
-	c.Args = []string{Arg0, checkArg}
-	c.SysProcAttr = attr
-	r, w, err := os.Pipe()
+	return run([]string{Arg0, checkArg}, attr)
+}
+
+// Probe starts a launcher with attr that applies s (everything but the
+// execve: cgroups, network, capabilities, Landlock, seccomp) and exits,
+// and waits for it: nil when this machine allows all of s.
+func Probe(s Spec, attr *syscall.SysProcAttr) error {
+	text, err := s.encode()
 	if err != nil {
-		return fmt.Errorf("launcher: status pipe: %w", err)
+		return err
 	}
-	defer r.Close()
-	c.ExtraFiles = []*os.File{w}
-	err = c.Start()
-	_ = w.Close()
+	return run([]string{Arg0, probeArg, text}, attr)
+}
+
+func run(args []string, attr *syscall.SysProcAttr) error {
+	c := exec.Command(Self)
+	c.Args = args
+	c.SysProcAttr = attr
+	ours, theirs, err := channel()
 	if err != nil {
+		return err
+	}
+	c.ExtraFiles = []*os.File{theirs}
+	err = c.Start()
+	_ = theirs.Close()
+	if err != nil {
+		_ = ours.Close()
 		return fmt.Errorf("launcher: start: %w", err)
 	}
-	if err := c.Wait(); err != nil {
-		return fmt.Errorf("launcher: %w", err)
+	l, awaitErr := Await(ours)
+	closeFile(l)
+	waitErr := c.Wait()
+	if awaitErr != nil {
+		return awaitErr
+	}
+	if waitErr != nil {
+		return fmt.Errorf("launcher: %w", waitErr)
 	}
 	return nil
 }
 
 // launch confines this process and executes the binary; it returns only
 // when that fails, with the exit status, after reporting on status.
-func launch(args []string, status *os.File) int {
+func launch(args []string, status int) int {
 	if len(args) == 2 && args[1] == checkArg {
 		return 0
 	}
-	// The binary must not inherit the status pipe: exec closes it, which
-	// tells Await that all went well.
-	unix.CloseOnExec(statusFD)
+	// The binary must not inherit the status channel: exec closes it,
+	// which tells Await that all went well.
+	unix.CloseOnExec(status)
+	if len(args) == 3 && args[1] == probeArg {
+		s, err := decodeSpec(args[2])
+		if err != nil {
+			return fail(status, "spec", err)
+		}
+		if step, err := confine(s, status); err != nil {
+			return fail(status, step, err)
+		}
+		return 0
+	}
 	s, path, argv, err := Parse(args)
 	if err != nil {
 		return fail(status, "spec", err)
 	}
-	if err := Restrict(s); err != nil {
-		return fail(status, "landlock", err)
+	if step, err := confine(s, status); err != nil {
+		return fail(status, step, err)
 	}
 	err = syscall.Exec(path, argv, os.Environ())
 	return fail(status, "exec "+path, err)
 }
 
 // fail reports err on status and returns the exit status for it.
-func fail(status *os.File, step string, err error) int {
+func fail(status int, step string, err error) int {
 	e := Error{Step: step, Message: err.Error()}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
 		e.Errno = int(errno)
 	}
-	if b, merr := json.Marshal(e); merr == nil {
-		_, _ = status.Write(b)
+	if b, merr := json.Marshal(message{Error: &e}); merr == nil {
+		_ = unix.Sendmsg(status, b, nil, nil, 0)
 	}
-	_ = status.Close()
+	_ = unix.Close(status)
 	if errors.Is(err, syscall.ENOENT) {
 		return exitNotFound
 	}

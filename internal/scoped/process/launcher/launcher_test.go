@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/capstanhq/capstan/internal/scoped/process/launcher"
 )
@@ -36,7 +37,8 @@ func TestArgsParse(t *testing.T) {
 		argv []string
 	}{
 		{name: "empty spec", path: "/bin/true", argv: []string{"true"}},
-		{name: "full spec", spec: launcher.Spec{Read: []string{"/usr", "/etc/ld.so.cache"}, Write: []string{"/tmp/x", "/dev/null"}, Network: true},
+		{name: "full spec", spec: launcher.Spec{Landlock: true, Read: []string{"/usr", "/etc/ld.so.cache"}, Write: []string{"/tmp/x", "/dev/null"},
+			Net: launcher.NetProxy, NetNS: true, Seccomp: true, Cgroups: []string{"/sys/fs/cgroup/pids/c1"}},
 			path: "/usr/bin/git", argv: []string{"git", "status", "--short", "", "a b"}},
 		{name: "argv0 differs from the path", path: "/usr/bin/bash", argv: []string{"-bash", "-c", "echo"}},
 	}
@@ -49,7 +51,7 @@ func TestArgsParse(t *testing.T) {
 			spec, path, argv, err := launcher.Parse(args)
 			require.NoError(t, err)
 			want := tt.spec
-			want.Version = 1
+			want.Version = 2
 			require.Equal(t, want, spec)
 			require.Equal(t, tt.path, path)
 			require.Equal(t, tt.argv, argv)
@@ -70,6 +72,9 @@ func TestArgsErrors(t *testing.T) {
 		{name: "unclean write path", spec: launcher.Spec{Write: []string{"/tmp/../etc"}}, path: "/bin/true", argv: []string{"true"}, wantErr: `launcher: path "/tmp/../etc" must be absolute and clean`},
 		{name: "relative binary", path: "true", argv: []string{"true"}, wantErr: `launcher: binary path "true" must be absolute and clean`},
 		{name: "empty argv", path: "/bin/true", wantErr: "launcher: empty argv"},
+		{name: "relative cgroup", spec: launcher.Spec{Cgroups: []string{"sys/fs/cgroup"}}, path: "/bin/true", argv: []string{"true"}, wantErr: `launcher: path "sys/fs/cgroup" must be absolute and clean`},
+		{name: "proxy without a namespace", spec: launcher.Spec{Net: launcher.NetProxy}, path: "/bin/true", argv: []string{"true"}, wantErr: "launcher: net proxy needs a network namespace"},
+		{name: "unknown net mode", spec: launcher.Spec{Net: "wifi"}, path: "/bin/true", argv: []string{"true"}, wantErr: `launcher: unknown net mode "wifi"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,16 +92,16 @@ func TestParseErrors(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{name: "too few arguments", args: []string{launcher.Arg0, `{"v":1}`, "/bin/true"}, wantErr: "launcher: want capstan-sandbox-launcher <spec> <path> <argv0> [args...], got 3 arguments"},
-		{name: "another argv0", args: []string{"worker", `{"v":1}`, "/bin/true", "true"}, wantErr: "launcher: want capstan-sandbox-launcher <spec> <path> <argv0> [args...], got 4 arguments"},
+		{name: "too few arguments", args: []string{launcher.Arg0, `{"v":2}`, "/bin/true"}, wantErr: "launcher: want capstan-sandbox-launcher <spec> <path> <argv0> [args...], got 3 arguments"},
+		{name: "another argv0", args: []string{"worker", `{"v":2}`, "/bin/true", "true"}, wantErr: "launcher: want capstan-sandbox-launcher <spec> <path> <argv0> [args...], got 4 arguments"},
 		{name: "not JSON", args: []string{launcher.Arg0, `v=1`, "/bin/true", "true"}, wantErr: "launcher: decode spec: invalid character 'v' looking for beginning of value"},
 		{name: "unknown field", args: []string{launcher.Arg0, `{"v":1,"exec":["/"]}`, "/bin/true", "true"}, wantErr: `launcher: decode spec: json: unknown field "exec"`},
 		{name: "trailing data", args: []string{launcher.Arg0, `{"v":1} {}`, "/bin/true", "true"}, wantErr: "launcher: decode spec: trailing data"},
-		{name: "no version", args: []string{launcher.Arg0, `{}`, "/bin/true", "true"}, wantErr: "launcher: spec version 0, want 1"},
-		{name: "other version", args: []string{launcher.Arg0, `{"v":2}`, "/bin/true", "true"}, wantErr: "launcher: spec version 2, want 1"},
-		{name: "relative path", args: []string{launcher.Arg0, `{"v":1,"read":["."]}`, "/bin/true", "true"}, wantErr: `launcher: path "." must be absolute and clean`},
-		{name: "NUL in a path", args: []string{launcher.Arg0, `{"v":1,"write":["/tmp/a\u0000b"]}`, "/bin/true", "true"}, wantErr: `launcher: path "/tmp/a\x00b" must be absolute and clean`},
-		{name: "relative binary", args: []string{launcher.Arg0, `{"v":1}`, "./true", "true"}, wantErr: `launcher: binary path "./true" must be absolute and clean`},
+		{name: "no version", args: []string{launcher.Arg0, `{}`, "/bin/true", "true"}, wantErr: "launcher: spec version 0, want 2"},
+		{name: "other version", args: []string{launcher.Arg0, `{"v":1}`, "/bin/true", "true"}, wantErr: "launcher: spec version 1, want 2"},
+		{name: "relative path", args: []string{launcher.Arg0, `{"v":2,"read":["."]}`, "/bin/true", "true"}, wantErr: `launcher: path "." must be absolute and clean`},
+		{name: "NUL in a path", args: []string{launcher.Arg0, `{"v":2,"write":["/tmp/a\u0000b"]}`, "/bin/true", "true"}, wantErr: `launcher: path "/tmp/a\x00b" must be absolute and clean`},
+		{name: "relative binary", args: []string{launcher.Arg0, `{"v":2}`, "./true", "true"}, wantErr: `launcher: binary path "./true" must be absolute and clean`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,9 +113,9 @@ func TestParseErrors(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	f.Add(`{"v":1,"read":["/usr"],"write":["/tmp"],"network":true}`, "/bin/true", "true")
-	f.Add(`{"v":1}`, "/x", "")
-	f.Add(`{"v":2,"read":[1]}`, "x", "y")
+	f.Add(`{"v":2,"landlock":true,"read":["/usr"],"write":["/tmp"],"net":"proxy","netns":true,"seccomp":true,"cgroups":["/c"]}`, "/bin/true", "true")
+	f.Add(`{"v":2}`, "/x", "")
+	f.Add(`{"v":3,"read":[1]}`, "x", "y")
 	f.Fuzz(func(t *testing.T, spec, path, arg string) {
 		s, p, argv, err := launcher.Parse([]string{launcher.Arg0, spec, path, arg})
 		if err != nil {
@@ -122,7 +127,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Args refuses what Parse accepted: %v", err)
 		}
 		s2, p2, argv2, err := launcher.Parse(args)
-		if err != nil || p2 != p || len(argv2) != 1 || argv2[0] != arg || s2.Network != s.Network || len(s2.Read) != len(s.Read) || len(s2.Write) != len(s.Write) {
+		if err != nil || p2 != p || len(argv2) != 1 || argv2[0] != arg || s2.Net != s.Net || s2.NetNS != s.NetNS || s2.Seccomp != s.Seccomp || s2.Landlock != s.Landlock || len(s2.Cgroups) != len(s.Cgroups) || len(s2.Read) != len(s.Read) || len(s2.Write) != len(s.Write) {
 			t.Fatalf("round trip changed %q %q %q: %v", spec, path, arg, err)
 		}
 	})
@@ -156,7 +161,7 @@ func TestNotTriggeredByAccident(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			c := exec.Command(exe)
-			c.Args = []string{launcher.Arg0, `{"v":1}`, "/bin/false", "false"}
+			c.Args = []string{launcher.Arg0, `{"v":2}`, "/bin/false", "false"}
 			c.Env = []string{helperEnv + "=1"}
 			c.ExtraFiles = tt.extra
 			out, err := c.Output()
@@ -177,7 +182,8 @@ func launch(t *testing.T, spec launcher.Spec, path string, argv []string) (exit 
 	require.NoError(t, err)
 	require.NoError(t, c.Start())
 	require.NoError(t, w.Close())
-	awaitErr = launcher.Await(r)
+	l, awaitErr := launcher.Await(r)
+	require.Nil(t, l, "no listener without a proxy")
 	b, err := io.ReadAll(out)
 	require.NoError(t, err)
 	_ = c.Wait()
@@ -188,7 +194,7 @@ func TestLaunch(t *testing.T) {
 	t.Parallel()
 	if _, err := launcher.ABI(); err != nil {
 		// The degraded path: a launcher never runs a child unconfined.
-		exit, _, err := launch(t, launcher.Spec{}, "/bin/echo", []string{"echo"})
+		exit, _, err := launch(t, launcher.Spec{Landlock: true}, "/bin/echo", []string{"echo"})
 		var le *launcher.Error
 		require.ErrorAs(t, err, &le)
 		require.Equal(t, "landlock", le.Step)
@@ -208,9 +214,9 @@ func TestLaunch(t *testing.T) {
 		wantErrno  syscall.Errno
 		wantExit   int
 	}{
-		{name: "runs the binary", spec: launcher.Spec{Read: []string{"/usr", "/bin", "/lib", "/lib64", filepath.Dir(echo)}}, path: echo, wantStdout: "hi\n"},
+		{name: "runs the binary", spec: launcher.Spec{Landlock: true, Read: []string{"/usr", "/bin", "/lib", "/lib64", filepath.Dir(echo)}}, path: echo, wantStdout: "hi\n"},
 		{name: "missing binary", path: "/capstan/no/such/binary", wantStep: "exec /capstan/no/such/binary", wantErrno: syscall.ENOENT, wantExit: 127},
-		{name: "binary outside the reach", spec: launcher.Spec{Read: []string{t.TempDir()}}, path: echo, wantStep: "exec " + echo, wantErrno: syscall.EACCES, wantExit: 126},
+		{name: "binary outside the reach", spec: launcher.Spec{Landlock: true, Read: []string{t.TempDir()}}, path: echo, wantStep: "exec " + echo, wantErrno: syscall.EACCES, wantExit: 126},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,8 +246,8 @@ func TestLaunchBadSpec(t *testing.T) {
 	c.Args[1] = `{"v":99}`
 	require.NoError(t, c.Start())
 	require.NoError(t, w.Close())
-	err = launcher.Await(r)
-	require.EqualError(t, err, "spec: launcher: spec version 99, want 1")
+	_, err = launcher.Await(r)
+	require.EqualError(t, err, "spec: launcher: spec version 99, want 2")
 	require.NoError(t, errors.Unwrap(err), "no system error")
 	require.Error(t, c.Wait())
 	require.Equal(t, 126, c.ProcessState.ExitCode())
@@ -250,29 +256,49 @@ func TestLaunchBadSpec(t *testing.T) {
 func TestAwait(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name    string
-		status  string
-		wantErr string
-		wantIs  error
+		name     string
+		records  []string // one message each
+		withFD   int      // index of the record that carries a descriptor; -1 none
+		wantErr  string
+		wantIs   error
+		wantConn bool // a listener is returned
 	}{
-		{name: "closed without a word", status: ""},
-		{name: "failure with errno", status: `{"step":"exec /x","message":"no such file or directory","errno":2}`, wantErr: "exec /x: no such file or directory", wantIs: syscall.ENOENT},
-		{name: "failure without errno", status: `{"step":"spec","message":"bad"}`, wantErr: "spec: bad"},
-		{name: "garbage", status: "boom", wantErr: `launcher: unreadable status "boom"`},
+		{name: "closed without a word", withFD: -1},
+		{name: "failure with errno", records: []string{`{"step":"exec /x","message":"no such file or directory","errno":2}`}, withFD: -1, wantErr: "exec /x: no such file or directory", wantIs: syscall.ENOENT},
+		{name: "failure without errno", records: []string{`{"step":"spec","message":"bad"}`}, withFD: -1, wantErr: "spec: bad"},
+		{name: "garbage", records: []string{"boom"}, withFD: -1, wantErr: `launcher: unreadable status "boom"`},
+		{name: "listener then exec", records: []string{`{"listener":true}`}, withFD: 0, wantConn: true},
+		{name: "listener then failure", records: []string{`{"listener":true}`, `{"step":"landlock","message":"no"}`}, withFD: 0, wantErr: "landlock: no"},
+		{name: "listener without a descriptor", records: []string{`{"listener":true}`}, withFD: -1, wantErr: `launcher: unexpected status "{\"listener\":true}" with 0 descriptors`},
+		{name: "descriptor on an error", records: []string{`{"step":"x","message":"y"}`}, withFD: 0, wantErr: "x: y"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r, w, err := os.Pipe()
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 			require.NoError(t, err)
-			_, err = w.WriteString(tt.status)
-			require.NoError(t, err)
-			require.NoError(t, w.Close())
-			err = launcher.Await(r)
+			ours := os.NewFile(uintptr(fds[0]), "ours")
+			for i, rec := range tt.records {
+				var oob []byte
+				if i == tt.withFD {
+					f, err := os.Open(os.DevNull)
+					require.NoError(t, err)
+					defer f.Close()
+					oob = unix.UnixRights(int(f.Fd()))
+				}
+				require.NoError(t, unix.Sendmsg(fds[1], []byte(rec), oob, nil, 0))
+			}
+			require.NoError(t, unix.Close(fds[1]))
+			l, err := launcher.Await(ours)
 			if tt.wantErr == "" {
 				require.NoError(t, err)
+				require.Equal(t, tt.wantConn, l != nil)
+				if l != nil {
+					require.NoError(t, l.Close())
+				}
 				return
 			}
+			require.Nil(t, l)
 			require.EqualError(t, err, tt.wantErr)
 			if tt.wantIs != nil {
 				require.ErrorIs(t, err, tt.wantIs)

@@ -1,0 +1,358 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/scoped/process/launcher"
+	"github.com/capstanhq/capstan/tool"
+)
+
+// Child is a child process started by Runner.Start: checked, confined,
+// placed in its cgroups and served its egress proxy exactly as a Run's
+// child. Its standard streams are the caller's; Wait must be called once,
+// after which nothing of the child is left.
+type Child struct {
+	// Stdin is the write end of the child's standard input.
+	Stdin io.WriteCloser
+	// Stdout and Stderr are the read ends of the child's standard output
+	// and error; they reach EOF once the child and every process holding
+	// them are gone (Wait kills them all, when it can).
+	Stdout, Stderr io.ReadCloser
+	// Pid is the child's process id (the launcher's, which became the
+	// child's binary).
+	Pid int
+
+	r      *Runner
+	ctx    context.Context
+	c      *exec.Cmd
+	cg     *callCgroup
+	tmp    string
+	killed atomic.Bool
+	stop   func() // stops the egress proxy; nil without one
+	once   sync.Once
+	exit   *tool.ProcessResult
+	err    error
+}
+
+// Run starts cmd.Binary with cmd.Args and waits for it.
+//
+//   - The binary must be allowed by the grant, else
+//     "BINARY_NOT_ALLOWED: <binary> is not in the declared allowedBinaries".
+//     A bare name is resolved on the trusted PATH (not found: an error
+//     wrapping exec.ErrNotFound, not a denial); a name with '/' is used as
+//     listed, a relative one against cmd.Dir (which must then be set).
+//     argv[0] is cmd.Binary as given.
+//   - The environment is PATH (the trusted PATH), HOME, LANG=C.UTF-8, TZ=UTC
+//     and TMPDIR (a fresh private directory, removed when Run returns),
+//     then cmd.Env, whose values win, then for a call with network the
+//     proxy variables. A name starting with LD_ or DYLD_ (any case) is
+//     refused: "ENV_NOT_ALLOWED: <name> may not be set for a child
+//     process". An empty name, or one containing '=' or NUL, and a value
+//     containing NUL are errors.
+//   - cmd.Dir must be absolute and covered by the reach's read or write
+//     prefixes, else "PATH_NOT_REACHABLE: read not permitted for <dir>",
+//     and must be a directory, else "process: working directory <dir>:
+//     <system error>" (wrapping it); empty means "/" (never the worker's
+//     current directory), where a confined child can list nothing.
+//   - cmd.Stdin is the child's stdin (empty: end of file at once).
+//   - A call with network on a machine without network namespaces is
+//     refused (ErrNetworkRefused) unless the Config allows it.
+//
+// A child that exits, with any status, gives a ProcessResult and a nil
+// error: ExitCode is its exit status, or 128+n when signal n killed it,
+// and LimitsHit names the ceilings its processes met. When the memory
+// ceiling killed one of them the result comes with a *tool.LimitError.
+// When ctx ends first, the child's cgroup and process group are killed and
+// Run returns context.Cause(ctx) with the output captured so far (ExitCode
+// -1). After the child ends (exit or kill) they are killed again, so
+// background jobs do not outlive the call. A binary that cannot be started
+// (missing, not executable, confinement refused) is an error wrapping the
+// system error.
+func (r *Runner) Run(ctx context.Context, cmd tool.Command) (*tool.ProcessResult, error) {
+	ch, err := r.Start(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	stdout, stderr := &capture{max: r.maxOutput}, &capture{max: r.maxOutput}
+	var wg sync.WaitGroup
+	// The writer ends with EPIPE once every reader is gone (Wait kills
+	// them all).
+	wg.Go(func() {
+		if len(cmd.Stdin) > 0 {
+			_, _ = ch.Stdin.Write(cmd.Stdin)
+		}
+		_ = ch.Stdin.Close()
+	})
+	wg.Go(func() { stdout.drain(ch.Stdout) })
+	wg.Go(func() { stderr.drain(ch.Stderr) })
+	res, err := ch.Wait()
+	drained := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(drained)
+	}()
+	timer := time.NewTimer(drainDelay)
+	select {
+	case <-drained:
+		timer.Stop()
+	case <-timer.C:
+		// A descendant that escaped the kill holds the pipes: stop reading.
+		_ = ch.Stdout.Close()
+		_ = ch.Stderr.Close()
+		<-drained
+	}
+	_ = ch.Stdout.Close()
+	_ = ch.Stderr.Close()
+	if res == nil {
+		return nil, err
+	}
+	res.Stdout, res.Stderr = stdout.bytes(), stderr.bytes()
+	return res, err
+}
+
+// Start starts cmd as Run does (the same checks, environment, working
+// directory, confinement, cgroups and egress proxy; cmd.Stdin is ignored)
+// and returns at once with the child's pipes, for a child that lives as
+// long as its caller talks to it (a hosted MCP server). The child is
+// killed when ctx ends; the caller must call Wait.
+func (r *Runner) Start(ctx context.Context, cmd tool.Command) (*Child, error) {
+	if cmd.Binary == "" {
+		return nil, errors.New("process: empty binary name")
+	}
+	if err := r.grant.Check(cmd.Binary); err != nil {
+		r.denied(err)
+		return nil, err
+	}
+	if err := r.checkEnv(cmd.Env); err != nil {
+		return nil, err
+	}
+	dir := "/"
+	if cmd.Dir != "" {
+		if !filepath.IsAbs(cmd.Dir) {
+			return nil, fmt.Errorf("process: dir %q must be an absolute path", cmd.Dir)
+		}
+		dir = filepath.Clean(cmd.Dir)
+		if err := r.checkDir(dir); err != nil {
+			r.denied(err)
+			return nil, err
+		}
+		if err := isDir(dir); err != nil {
+			return nil, fmt.Errorf("process: working directory %s: %w", dir, err)
+		}
+	}
+	path, err := r.binaryPath(cmd)
+	if err != nil {
+		return nil, err
+	}
+	mode, err := r.netMode()
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, context.Cause(ctx)
+	}
+	tmp, err := childTmp(r.tmpRoot)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := r.start(ctx, path, dir, tmp, mode, cmd)
+	if err != nil {
+		r.removeTmp(ctx, tmp)
+		return nil, err
+	}
+	return ch, nil
+}
+
+// start starts the child in its own process group (and cgroups, when there
+// are), through the launcher when any confinement applies, and serves its
+// egress proxy when it has one. On error nothing is left but tmp.
+func (r *Runner) start(ctx context.Context, path, dir, tmp string, mode launcher.Net, cmd tool.Command) (_ *Child, err error) {
+	ch := &Child{r: r, ctx: ctx, tmp: tmp}
+	var cleanup []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+	c := exec.CommandContext(ctx, path)
+	c.Args = append([]string{cmd.Binary}, cmd.Args...)
+	c.Env = r.environ(cmd.Env, tmp, mode == launcher.NetProxy)
+	c.Dir = dir
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if r.cgroup != "" || len(r.ceil.v1) > 0 {
+		if ch.cg, err = newCallCgroup(r.cgroup, r.ceil, r.limits); err != nil {
+			return nil, err
+		}
+		cleanup = append(cleanup, func() { r.removeCgroup(ctx, ch.cg) })
+		if ch.cg.v2 != nil {
+			c.SysProcAttr.UseCgroupFD = true
+			c.SysProcAttr.CgroupFD = int(ch.cg.v2.fd.Fd())
+		}
+	}
+	// The launcher's status channel, when the child is confined.
+	var status, statusChild *os.File
+	if r.landlock || r.seccomp || r.netns || (ch.cg != nil && len(ch.cg.v1) > 0) {
+		var v1 []string
+		if ch.cg != nil {
+			v1 = ch.cg.v1Dirs()
+		}
+		spec := r.spec(path, tmp, mode, v1)
+		if spec.NetNS {
+			launcher.NetNSAttr(c.SysProcAttr)
+		}
+		if status, statusChild, err = launcher.Prepare(c, spec, path, c.Args); err != nil {
+			return nil, fmt.Errorf("process: %w", err)
+		}
+		defer closeAll(status, statusChild)
+	}
+	var childEnds []*os.File
+	pipe := func(what string) (ours, theirs *os.File, err error) {
+		rd, wr, err := os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("process: %s pipe: %w", what, err)
+		}
+		cleanup = append(cleanup, func() { closeAll(rd, wr) })
+		return rd, wr, nil
+	}
+	inR, inW, err := pipe("stdin")
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := pipe("stdout")
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := pipe("stderr")
+	if err != nil {
+		return nil, err
+	}
+	childEnds = append(childEnds, inR, outW, errW)
+	c.Stdin, c.Stdout, c.Stderr = inR, outW, errW
+	c.Cancel = func() error {
+		ch.killed.Store(true)
+		return r.kill(c.Process.Pid, ch.cg)
+	}
+	if err := c.Start(); err != nil {
+		return nil, fmt.Errorf("process: start %s: %w", cmd.Binary, err)
+	}
+	closeAll(childEnds...)
+	ch.c, ch.Pid = c, c.Process.Pid
+	ch.Stdin, ch.Stdout, ch.Stderr = inW, outR, errR
+	reap := func() {
+		_ = r.kill(c.Process.Pid, ch.cg)
+		_ = c.Wait()
+	}
+	if status != nil {
+		closeAll(statusChild)
+		listener, aerr := launcher.Await(status)
+		if aerr != nil {
+			reap()
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx)
+			}
+			return nil, fmt.Errorf("process: start %s: %w", cmd.Binary, aerr)
+		}
+		if listener != nil {
+			if ch.stop, err = r.serveEgress(ctx, listener); err != nil {
+				reap()
+				return nil, err
+			}
+		}
+	}
+	return ch, nil
+}
+
+// serveEgress serves the call's egress proxy on the listener the child's
+// namespace handed back, until the returned stop is called.
+func (r *Runner) serveEgress(ctx context.Context, f *os.File) (stop func(), err error) {
+	ln, err := net.FileListener(f)
+	closeAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("process: egress listener: %w", err)
+	}
+	ectx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.reach.Egress.Serve(ectx, ln); err != nil && ectx.Err() == nil {
+			r.log.WarnContext(ctx, "egress proxy stopped", "error", err)
+		}
+	}()
+	return func() {
+		cancel()
+		_ = ln.Close()
+		<-done
+	}, nil
+}
+
+// Kill kills the child and everything it started (its cgroup and process
+// group) at once; Wait then returns.
+func (ch *Child) Kill() error {
+	ch.killed.Store(true)
+	return ch.r.kill(ch.Pid, ch.cg)
+}
+
+// Wait waits for the child to exit, then kills what it left running,
+// stops its egress proxy and removes its cgroups and TMPDIR. The result
+// has ExitCode and LimitsHit (its Stdout and Stderr are the caller's to
+// read from the pipes). The error is context.Cause of Start's ctx when that
+// ended first or Kill was called (ExitCode -1), a *tool.LimitError when
+// the memory ceiling killed one of the child's processes, or a wait
+// failure. Later calls return the same.
+func (ch *Child) Wait() (*tool.ProcessResult, error) {
+	ch.once.Do(func() { ch.exit, ch.err = ch.wait() })
+	return ch.exit, ch.err
+}
+
+func (ch *Child) wait() (*tool.ProcessResult, error) {
+	r := ch.r
+	waitErr := ch.c.Wait()
+	// Background jobs of the child stay in its cgroup and group: kill them
+	// so that nothing outlives the call and the pipes close.
+	_ = r.kill(ch.Pid, ch.cg)
+	if ch.stop != nil {
+		ch.stop()
+	}
+	res := &tool.ProcessResult{ExitCode: -1}
+	var memory bool
+	if ch.cg != nil {
+		var pids bool
+		memory, pids = ch.cg.hits()
+		if pids {
+			res.LimitsHit = append(res.LimitsHit, fmt.Sprintf("pids limit %d reached", r.limits.Pids))
+		}
+		r.removeCgroup(ch.ctx, ch.cg)
+	}
+	r.removeTmp(ch.ctx, ch.tmp)
+	if ch.killed.Load() {
+		err := context.Cause(ch.ctx)
+		if err == nil {
+			err = errKilled
+		}
+		return res, err
+	}
+	if ch.c.ProcessState == nil {
+		return nil, fmt.Errorf("process: wait %s: %w", ch.c.Args[0], waitErr)
+	}
+	res.ExitCode = exitCode(ch.c.ProcessState)
+	if memory {
+		return res, &tool.LimitError{Limit: "memory limit " + r.limits.MemoryText}
+	}
+	return res, nil
+}
+
+// errKilled is Wait's error after Kill while Start's context still runs.
+var errKilled = errors.New("process: killed")

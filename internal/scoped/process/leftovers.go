@@ -1,0 +1,276 @@
+package process
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Leftovers. A worker killed with SIGKILL leaves its children's private
+// TMPDIRs and cgroups behind (and, without a cgroup, maybe the children).
+// So that the next start can tell them from those of a live worker on the
+// same machine:
+//
+//   - a process's children's TMPDIRs live in one directory of its own,
+//     <TmpDir>/capstan-worker-<owner>-<random>, that holds a lock file the
+//     process keeps locked (flock) for as long as it lives; the lock goes
+//     with the process, whatever kills it, and works across PID namespaces
+//     sharing a temp dir;
+//   - a per-call cgroup is named capstan-call-<owner>-<random>, where owner
+//     is the process's pid and start time, which /proc tells for a live
+//     process.
+//
+// Sweep removes what belongs to processes that are gone.
+
+// owner is this process's identity in the names of its leftovers:
+// "<pid>.<start time in clock ticks since boot>".
+var owner = sync.OnceValue(func() string {
+	pid := os.Getpid()
+	return strconv.Itoa(pid) + "." + strconv.FormatUint(startTime(pid), 10)
+})
+
+// startTime returns the start time of process pid (field 22 of
+// /proc/<pid>/stat), 0 when it cannot be read.
+func startTime(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	// Fields after the command: state is field 3, start time field 22.
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
+}
+
+// ownerAlive reports whether the process named by an owner string runs.
+func ownerAlive(o string) bool {
+	pidText, start, ok := strings.Cut(o, ".")
+	pid, err := strconv.Atoi(pidText)
+	if !ok || err != nil || pid <= 0 {
+		return false
+	}
+	n, err := strconv.ParseUint(start, 10, 64)
+	return err == nil && startTime(pid) == n
+}
+
+const (
+	workerDirPrefix = "capstan-worker-"
+	lockName        = ".lock"
+	// legacyPrefix named children's TMPDIRs directly in the temp dir
+	// before they had an owner directory.
+	legacyPrefix = "capstan-proc-"
+	// legacyAge is how old a legacy TMPDIR must be for Sweep to remove it:
+	// it has no owner to ask.
+	legacyAge = 24 * time.Hour
+)
+
+// ownerDirs maps a temp root to this process's owner directory in it.
+var ownerDirs sync.Map // string -> *ownerDir
+
+type ownerDir struct {
+	once sync.Once
+	path string
+	err  error
+	lock *os.File // kept open and locked for the process's lifetime
+}
+
+// childTmp creates a fresh private TMPDIR for one child under this
+// process's owner directory in root.
+func childTmp(root string) (string, error) {
+	v, _ := ownerDirs.LoadOrStore(root, &ownerDir{})
+	od := v.(*ownerDir)
+	od.once.Do(func() { od.path, od.lock, od.err = makeOwnerDir(root) })
+	if od.err != nil {
+		return "", od.err
+	}
+	return os.MkdirTemp(od.path, "proc-")
+}
+
+// makeOwnerDir creates this process's owner directory in root and locks it.
+func makeOwnerDir(root string) (string, *os.File, error) {
+	dir, err := os.MkdirTemp(root, workerDirPrefix+owner()+"-")
+	if err != nil {
+		return "", nil, fmt.Errorf("process: create the children's temp dir: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o600)
+	if err == nil {
+		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("process: lock the children's temp dir: %w", err)
+	}
+	return dir, lock, nil
+}
+
+// SweepResult is what Sweep removed.
+type SweepResult struct {
+	// TempDirs counts the removed temp directories of dead workers
+	// (each holding the TMPDIRs of its children) and legacy TMPDIRs.
+	TempDirs int
+	// Cgroups counts the removed per-call cgroups of dead workers, whose
+	// processes were killed first.
+	Cgroups int
+}
+
+// Sweep removes what processes that are gone left behind: their children's
+// temp directories under tmpRoot (empty: os.TempDir()), and their per-call
+// cgroups, after killing what still runs in them, under the parents this
+// process would use. Errors on single entries are logged and skipped. The
+// worker calls it at start.
+func Sweep(tmpRoot string, log *slog.Logger) SweepResult {
+	if tmpRoot == "" {
+		tmpRoot = os.TempDir()
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	var res SweepResult
+	entries, err := os.ReadDir(tmpRoot)
+	if err != nil {
+		log.Warn("process leftovers: cannot list the temp dir", "dir", tmpRoot, "error", err)
+	}
+	for _, e := range entries {
+		path := filepath.Join(tmpRoot, e.Name())
+		switch {
+		case !e.IsDir():
+		case strings.HasPrefix(e.Name(), workerDirPrefix):
+			if abandoned(path) {
+				if err := removeAll(path); err != nil {
+					log.Warn("process leftovers: temp dir not removed", "dir", path, "error", err)
+					continue
+				}
+				res.TempDirs++
+			}
+		case strings.HasPrefix(e.Name(), legacyPrefix):
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > legacyAge {
+				if err := removeAll(path); err == nil {
+					res.TempDirs++
+				}
+			}
+		}
+	}
+	sb := probedSandbox()
+	var parents []string
+	if sb.cgErr == nil {
+		parents = append(parents, sb.cgroup)
+	}
+	for _, ctl := range controllers {
+		if d := sb.ceil.v1[ctl]; d != "" {
+			parents = append(parents, d)
+		}
+	}
+	for _, parent := range parents {
+		res.Cgroups += sweepCgroups(parent, log)
+	}
+	return res
+}
+
+// abandoned reports whether a worker temp dir's lock is free: its owner
+// is gone.
+func abandoned(dir string) bool {
+	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Not yet locked by a process that is creating it, or broken:
+		// judge by the owner in the name.
+		o, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), workerDirPrefix), "-")
+		return !ownerAlive(o)
+	}
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil
+}
+
+// removeAll removes dir, making directories a child left unwritable
+// writable first.
+func removeAll(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
+
+// sweepCgroups kills and removes the per-call cgroups under parent whose
+// owner is gone, and returns how many it removed.
+func sweepCgroups(parent string, log *slog.Logger) int {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), callCgroupPrefix)
+		if !e.IsDir() || !ok {
+			continue
+		}
+		o, _, _ := strings.Cut(rest, "-")
+		if !strings.Contains(o, ".") || ownerAlive(o) {
+			continue // a live owner's, or an older worker's without an owner
+		}
+		dir := filepath.Join(parent, e.Name())
+		cg := &cgroup{dir: dir}
+		var err error
+		if _, statErr := os.Stat(filepath.Join(dir, "cgroup.kill")); statErr == nil {
+			err = cg.kill()
+		} else {
+			err = killProcs(dir)
+		}
+		if err == nil {
+			err = waitEmpty(dir)
+		}
+		if err == nil {
+			err = os.Remove(dir)
+		}
+		if err != nil {
+			log.Warn("process leftovers: cgroup not removed", "cgroup", dir, "error", err)
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// waitEmpty waits (at most cgroupRemoveTimeout) until no process is left
+// in the cgroup dir.
+func waitEmpty(dir string) error {
+	deadline := time.Now().Add(cgroupRemoveTimeout)
+	pause := time.Millisecond
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			return err
+		}
+		if len(strings.TrimSpace(string(b))) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("still has processes %s after they were killed", cgroupRemoveTimeout)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
