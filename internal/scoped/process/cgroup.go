@@ -213,7 +213,8 @@ func newCallCgroup(parent string, c ceilings, l capability.ProcessLimits) (*call
 	}
 	for _, ctl := range controllers {
 		base := c.v1[ctl]
-		if base == "" {
+		if base == "" || (ctl == "cpu" && l.CPU == 0) {
+			// No cpu limit: no cgroup to join (a join costs a migration).
 			continue
 		}
 		dir, err := os.MkdirTemp(base, callCgroupPrefix+owner()+"-")

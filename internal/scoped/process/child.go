@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/scoped/process/launcher"
+	"github.com/capstanhq/capstan/internal/scoped/process/zygote"
 	"github.com/capstanhq/capstan/tool"
 )
 
@@ -33,16 +34,18 @@ type Child struct {
 	// child's binary).
 	Pid int
 
-	r      *Runner
-	ctx    context.Context
-	c      *exec.Cmd
-	cg     *callCgroup
-	tmp    string
-	killed atomic.Bool
-	stop   func() // stops the egress proxy; nil without one
-	once   sync.Once
-	exit   *tool.ProcessResult
-	err    error
+	r       *Runner
+	ctx     context.Context
+	name    string // cmd.Binary, for messages
+	proc    *os.Process
+	unwatch func() bool // stops the kill at the end of ctx
+	cg      *callCgroup
+	tmp     string
+	killed  atomic.Bool
+	stop    func() // stops the egress proxy; nil without one
+	once    sync.Once
+	exit    *tool.ProcessResult
+	err     error
 }
 
 // Run starts cmd.Binary with cmd.Args and waits for it.
@@ -175,10 +178,11 @@ func (r *Runner) Start(ctx context.Context, cmd tool.Command) (*Child, error) {
 }
 
 // start starts the child in its own process group (and cgroups, when there
-// are), through the launcher when any confinement applies, and serves its
-// egress proxy when it has one. On error nothing is left but tmp.
+// are), confined through the zygote when this binary has one, else through
+// the launcher, and serves its egress proxy when it has one. On error
+// nothing is left but tmp.
 func (r *Runner) start(ctx context.Context, path, dir, tmp string, mode launcher.Net, cmd tool.Command) (_ *Child, err error) {
-	ch := &Child{r: r, ctx: ctx, tmp: tmp}
+	ch := &Child{r: r, ctx: ctx, tmp: tmp, name: cmd.Binary}
 	var cleanup []func()
 	defer func() {
 		if err != nil {
@@ -187,40 +191,16 @@ func (r *Runner) start(ctx context.Context, path, dir, tmp string, mode launcher
 			}
 		}
 	}()
-	c := exec.CommandContext(ctx, path)
-	c.Args = append([]string{cmd.Binary}, cmd.Args...)
-	c.Env = r.environ(cmd.Env, tmp, mode == launcher.NetProxy)
-	c.Dir = dir
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	argv := append([]string{cmd.Binary}, cmd.Args...)
+	env := r.environ(cmd.Env, tmp, mode == launcher.NetProxy)
 	if r.cgroup != "" || len(r.ceil.v1) > 0 {
 		if ch.cg, err = newCallCgroup(r.cgroup, r.ceil, r.limits); err != nil {
 			return nil, err
 		}
 		cleanup = append(cleanup, func() { r.removeCgroup(ctx, ch.cg) })
-		if ch.cg.v2 != nil {
-			c.SysProcAttr.UseCgroupFD = true
-			c.SysProcAttr.CgroupFD = int(ch.cg.v2.fd.Fd())
-		}
 	}
-	// The launcher's status channel, when the child is confined.
-	var status, statusChild *os.File
-	if r.landlock || r.seccomp || r.netns || (ch.cg != nil && len(ch.cg.v1) > 0) {
-		var v1 []string
-		if ch.cg != nil {
-			v1 = ch.cg.v1Dirs()
-		}
-		spec := r.spec(path, tmp, mode, v1)
-		if spec.NetNS {
-			launcher.NetNSAttr(c.SysProcAttr)
-		}
-		if status, statusChild, err = launcher.Prepare(c, spec, path, c.Args); err != nil {
-			return nil, fmt.Errorf("process: %w", err)
-		}
-		defer closeAll(status, statusChild)
-	}
-	var childEnds []*os.File
-	pipe := func(what string) (ours, theirs *os.File, err error) {
-		rd, wr, err := os.Pipe()
+	pipe := func(what string) (rd, wr *os.File, err error) {
+		rd, wr, err = os.Pipe()
 		if err != nil {
 			return nil, nil, fmt.Errorf("process: %s pipe: %w", what, err)
 		}
@@ -239,24 +219,28 @@ func (r *Runner) start(ctx context.Context, path, dir, tmp string, mode launcher
 	if err != nil {
 		return nil, err
 	}
-	childEnds = append(childEnds, inR, outW, errW)
-	c.Stdin, c.Stdout, c.Stderr = inR, outW, errW
-	c.Cancel = func() error {
-		ch.killed.Store(true)
-		return r.kill(c.Process.Pid, ch.cg)
+	var v1 []string
+	if ch.cg != nil {
+		v1 = ch.cg.v1Dirs()
 	}
-	if err := c.Start(); err != nil {
-		return nil, fmt.Errorf("process: start %s: %w", cmd.Binary, err)
+	confined := r.landlock || r.seccomp || r.netns || len(v1) > 0
+	var status *os.File // the runner's end of the status channel
+	switch {
+	case confined && r.zygote:
+		status, err = r.spawnZygote(ch, path, dir, argv, env, r.spec(path, tmp, mode, v1), inR, outW, errW)
+	default:
+		status, err = r.spawnExec(ch, path, dir, argv, env, confined, r.spec(path, tmp, mode, v1), inR, outW, errW)
 	}
-	closeAll(childEnds...)
-	ch.c, ch.Pid = c, c.Process.Pid
+	if err != nil {
+		return nil, err
+	}
+	closeAll(inR, outW, errW)
 	ch.Stdin, ch.Stdout, ch.Stderr = inW, outR, errR
 	reap := func() {
-		_ = r.kill(c.Process.Pid, ch.cg)
-		_ = c.Wait()
+		_ = r.kill(ch.Pid, ch.cg)
+		_, _ = ch.proc.Wait()
 	}
 	if status != nil {
-		closeAll(statusChild)
 		listener, aerr := launcher.Await(status)
 		if aerr != nil {
 			reap()
@@ -272,7 +256,91 @@ func (r *Runner) start(ctx context.Context, path, dir, tmp string, mode launcher
 			}
 		}
 	}
+	// The call's end kills the child and everything it started.
+	ch.unwatch = context.AfterFunc(ctx, func() { _ = ch.Kill() })
 	return ch, nil
+}
+
+// spawnExec starts the child with os/exec: through the launcher when it is
+// confined (the launcher's status channel is returned), else directly.
+func (r *Runner) spawnExec(ch *Child, path, dir string, argv, env []string, confined bool, spec launcher.Spec, in, out, errw *os.File) (*os.File, error) {
+	c := exec.Command(path)
+	c.Args, c.Env, c.Dir = argv, env, dir
+	c.Stdin, c.Stdout, c.Stderr = in, out, errw
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if ch.cg != nil && ch.cg.v2 != nil {
+		c.SysProcAttr.UseCgroupFD = true
+		c.SysProcAttr.CgroupFD = int(ch.cg.v2.fd.Fd())
+	}
+	var h *launcher.Handle
+	if confined {
+		if spec.NetNS {
+			launcher.NetNSAttr(c.SysProcAttr)
+		}
+		var err error
+		if h, err = launcher.Prepare(c, spec, path, argv); err != nil {
+			return nil, fmt.Errorf("process: %w", err)
+		}
+	}
+	if err := c.Start(); err != nil {
+		if h != nil {
+			h.Close()
+		}
+		return nil, fmt.Errorf("process: start %s: %w", argv[0], err)
+	}
+	ch.proc, ch.Pid = c.Process, c.Process.Pid
+	if h == nil {
+		return nil, nil
+	}
+	h.Started()
+	return h.Status(), nil
+}
+
+// spawnZygote starts the confined child through the zygote and returns the
+// runner's end of its status channel.
+func (r *Runner) spawnZygote(ch *Child, path, dir string, argv, env []string, spec launcher.Spec, in, out, errw *os.File) (_ *os.File, err error) {
+	ours, theirs, err := launcher.Channel()
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(theirs)
+	defer func() {
+		if err != nil {
+			closeAll(ours)
+		}
+	}()
+	req := zygote.Request{
+		Path: path, Argv: argv, Env: env, Dir: dir,
+		NetNS: spec.NetNS, Proxy: spec.Net == launcher.NetProxy, UID: os.Geteuid(), GID: os.Getegid(), ProxyPort: launcher.ProxyPort,
+		CgroupsV1: spec.Cgroups, Status: theirs, Stdin: in, Stdout: out, Stderr: errw,
+	}
+	if spec.Landlock {
+		if req.Ruleset, err = launcher.Ruleset(spec); err != nil {
+			return nil, fmt.Errorf("process: %w", err)
+		}
+		defer closeAll(req.Ruleset)
+	}
+	if spec.Seccomp {
+		if req.Filter, err = launcher.Filter(spec.Net != launcher.NetNone); err != nil {
+			return nil, fmt.Errorf("process: %w", err)
+		}
+	}
+	if ch.cg != nil && ch.cg.v2 != nil {
+		req.CgroupV2 = ch.cg.v2.fd
+	}
+	pid, err := zygote.Spawn(req)
+	if err != nil {
+		return nil, fmt.Errorf("process: start %s: %w", argv[0], err)
+	}
+	// The child is this process's own (CLONE_PARENT): it stays a zombie
+	// until waited for, so the pid cannot name another process.
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		return nil, fmt.Errorf("process: start %s: %w", argv[0], err)
+	}
+	ch.proc, ch.Pid = proc, pid
+	return ours, nil
 }
 
 // serveEgress serves the call's egress proxy on the listener the child's
@@ -319,7 +387,10 @@ func (ch *Child) Wait() (*tool.ProcessResult, error) {
 
 func (ch *Child) wait() (*tool.ProcessResult, error) {
 	r := ch.r
-	waitErr := ch.c.Wait()
+	state, waitErr := ch.proc.Wait()
+	if ch.unwatch != nil {
+		ch.unwatch()
+	}
 	// Background jobs of the child stay in its cgroup and group: kill them
 	// so that nothing outlives the call and the pipes close.
 	_ = r.kill(ch.Pid, ch.cg)
@@ -344,10 +415,10 @@ func (ch *Child) wait() (*tool.ProcessResult, error) {
 		}
 		return res, err
 	}
-	if ch.c.ProcessState == nil {
-		return nil, fmt.Errorf("process: wait %s: %w", ch.c.Args[0], waitErr)
+	if state == nil {
+		return nil, fmt.Errorf("process: wait %s: %w", ch.name, waitErr)
 	}
-	res.ExitCode = exitCode(ch.c.ProcessState)
+	res.ExitCode = exitCode(state)
 	if memory {
 		return res, &tool.LimitError{Limit: "memory limit " + r.limits.MemoryText}
 	}

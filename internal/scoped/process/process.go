@@ -114,6 +114,9 @@ type Config struct {
 	// ceilings even when a cgroup is available: the degraded paths, for
 	// tests. The worker never sets them.
 	NoLandlock, NoSeccomp, NoNetNS, NoCgroup bool
+	// NoZygote starts confined children through the launcher even when
+	// this binary has the zygote: for tests of the portable path.
+	NoZygote bool
 	// Logger receives what Run cannot return: a per-call cgroup or TMPDIR
 	// that could not be removed. Nil: slog.Default().
 	Logger *slog.Logger
@@ -159,6 +162,7 @@ type Runner struct {
 	landlock  bool
 	seccomp   bool
 	netns     bool
+	zygote    bool // confined children start through the zygote
 	network   NetworkMode
 	netnsErr  error    // why there is no network namespace
 	cgroup    string   // parent of the per-call cgroups v2; "" = none
@@ -198,6 +202,7 @@ func New(g *capability.BinaryGrant, reach Reach, res *Resolver, cfg Config, onDe
 		landlock:  sb.status.Landlock && !cfg.NoLandlock,
 		seccomp:   sb.status.Seccomp && !cfg.NoSeccomp,
 		netns:     sb.status.NetworkNamespace && !cfg.NoNetNS,
+		zygote:    sb.zygoteErr == nil && !cfg.NoZygote,
 		network:   cfg.Network,
 		netnsErr:  sb.netnsErr,
 		log:       cmp.Or(cfg.Logger, slog.Default()),

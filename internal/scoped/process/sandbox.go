@@ -70,6 +70,10 @@ type SandboxStatus struct {
 	// "unconfined" (no namespaces and CAPSTAN_PROCESS_NETWORK=unconfined:
 	// TCP and UDP to any host).
 	ProcessNetwork string `json:"process_network"`
+	// Spawner is what starts confined children: "zygote" (the fork
+	// server of a cgo build) or "launcher" (the worker binary run again
+	// for each child).
+	Spawner string `json:"spawner"`
 	// Confined is true when files, TCP, UDP, multipath TCP and raw sockets
 	// are all enforced for every child.
 	Confined bool `json:"confined"`
@@ -105,6 +109,7 @@ func (s SandboxStatus) LogAttrs() []slog.Attr {
 		slog.Bool("seccomp", s.Seccomp),
 		slog.Bool("network_namespace", s.NetworkNamespace),
 		slog.String("process_network", s.ProcessNetwork),
+		slog.String("spawner", s.Spawner),
 		slog.Bool("cgroup_kill", s.CgroupKill),
 		slog.String("ceilings", strings.Join(s.Ceilings, ",")),
 	}
@@ -142,6 +147,9 @@ type probes struct {
 	// netnsErr: the launcher cannot start in a user and network namespace
 	// of its own and bring its loopback up.
 	netnsErr error
+	// zygoteErr: confined children start through the launcher, not the
+	// zygote.
+	zygoteErr error
 	// cgroup is the parent of the per-call cgroups v2; cgErr: no cgroup
 	// v2 kill.
 	cgroup string
@@ -174,6 +182,7 @@ var probedSandbox = sync.OnceValue(func() *sandbox {
 		p.cgErr = probeCgroup(p.cgroup)
 	}
 	p.ceil, p.ceilErr = probeCeilings(p.cgroup, p.cgErr)
+	p.zygoteErr = probeZygote(p)
 	return &sandbox{probes: p, status: newStatus(p, NetworkConfined)}
 })
 
@@ -214,6 +223,10 @@ func newStatus(p probes, network NetworkMode) SandboxStatus {
 		s.ProcessNetwork = "unconfined"
 	default:
 		s.ProcessNetwork = "refused"
+	}
+	s.Spawner = "zygote"
+	if p.zygoteErr != nil {
+		s.Spawner = "launcher"
 	}
 	files := s.Landlock && p.abi >= MinConfinedABI
 	s.Confined = files && s.Seccomp && s.ProcessNetwork != "unconfined"

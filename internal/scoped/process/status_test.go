@@ -44,7 +44,7 @@ func TestNewStatus(t *testing.T) {
 	}{
 		{
 			name: "everything", probes: full,
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Confined: true,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote", Confined: true,
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Unrestricted: []string{unixSock, udp}},
 		},
 		{
@@ -52,54 +52,54 @@ func TestNewStatus(t *testing.T) {
 				p.V2 = nil
 				p.V1 = map[string]string{"memory": "/m", "pids": "/p", "cpu": "/c"}
 			}),
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Confined: true,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote", Confined: true,
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v1", Unrestricted: []string{unixSock, udp}},
 		},
 		{
 			name: "no user namespaces: network refused, still confined", probes: with(func(p *process.Probes) { p.NetErr = noUserNS }),
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, ProcessNetwork: "refused", Confined: true,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, ProcessNetwork: "refused", Spawner: "zygote", Confined: true,
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: refused, Unrestricted: []string{unixSock, udp}},
 		},
 		{
 			name: "no user namespaces, network unconfined: not confined", probes: with(func(p *process.Probes) { p.NetErr = noUserNS }), network: process.NetworkUnconfined,
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, ProcessNetwork: "unconfined",
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, ProcessNetwork: "unconfined", Spawner: "zygote",
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: anyHost, Unrestricted: []string{unixSock, udp}},
 		},
 		{
 			name: "unconfined mode changes nothing with namespaces", probes: full, network: process.NetworkUnconfined,
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Confined: true,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote", Confined: true,
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Unrestricted: []string{unixSock, udp}},
 		},
 		{
 			name: "no seccomp", probes: with(func(p *process.Probes) { p.SeccompErr = noSeccomp }),
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, NetworkNamespace: true, ProcessNetwork: "proxy",
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote",
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: filter, Unrestricted: []string{unixSock, udp}},
 		},
 		{
 			name: "ABI 2 is below the minimum", probes: with(func(p *process.Probes) { p.ABI = 2 }),
-			want: process.SandboxStatus{LandlockABI: 2, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy",
+			want: process.SandboxStatus{LandlockABI: 2, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote",
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true,
 				Reason:       "Landlock ABI 2 is below 3: children's files are confined but these are not restricted: file truncation (ABI 3)",
 				Unrestricted: []string{"file truncation (ABI 3)", "TCP bind and connect (ABI 4)", "device ioctls (ABI 5)", "signals and abstract unix sockets to processes outside the sandbox (ABI 6)", unixSock, udp}},
 		},
 		{
 			name: "ABI 11", probes: with(func(p *process.Probes) { p.ABI = 11 }),
-			want: process.SandboxStatus{LandlockABI: 11, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Confined: true,
+			want: process.SandboxStatus{LandlockABI: 11, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote", Confined: true,
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2"},
 		},
 		{
 			name: "no Landlock", probes: with(func(p *process.Probes) { p.ABI, p.ABIErr = 0, noLandlock }),
-			want: process.SandboxStatus{Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy",
+			want: process.SandboxStatus{Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote",
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: noFiles},
 		},
 		{
 			name: "no cgroup, no ceilings", probes: with(func(p *process.Probes) { p.CgroupErr, p.V2, p.CeilErr = noCgroup, nil, noCeil }),
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Confined: true,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote", Confined: true,
 				Ceilings: []string{}, Degraded: true, Reason: escapes + "; " + noCeil.Error(), Unrestricted: []string{unixSock, udp}},
 		},
 		{
-			name: "nothing", probes: process.Probes{ABIErr: noLandlock, SeccompErr: noSeccomp, NetErr: noUserNS, CgroupErr: noCgroup, CeilErr: noCeil},
-			want: process.SandboxStatus{ProcessNetwork: "refused", Ceilings: []string{}, Degraded: true,
+			name: "nothing", probes: process.Probes{ABIErr: noLandlock, SeccompErr: noSeccomp, NetErr: noUserNS, ZygoteErr: errors.New("built without cgo"), CgroupErr: noCgroup, CeilErr: noCeil},
+			want: process.SandboxStatus{ProcessNetwork: "refused", Spawner: "launcher", Ceilings: []string{}, Degraded: true,
 				Reason: strings.Join([]string{noFiles, filter, refused, escapes, noCeil.Error()}, "; ")},
 		},
 	}
@@ -122,14 +122,14 @@ func TestSandboxStatusLog(t *testing.T) {
 			name:   "complete",
 			status: process.NewStatus(process.Probes{ABI: 7, Cgroup: "/sys/fs/cgroup/w", V2: []string{"memory", "pids"}, CeilErr: errors.New("no cpu ceiling")}, ""),
 			want: map[string]any{"level": "WARN", "msg": "process sandbox", "confined": true, "landlock_abi": 7.0, "seccomp": true, "network_namespace": true,
-				"process_network": "proxy", "cgroup_kill": true, "cgroup": "/sys/fs/cgroup/w", "ceilings": "memory,pids", "ceilings_cgroup": "v2",
+				"process_network": "proxy", "spawner": "zygote", "cgroup_kill": true, "cgroup": "/sys/fs/cgroup/w", "ceilings": "memory,pids", "ceilings_cgroup": "v2",
 				"reason": "no cpu ceiling", "unrestricted": "connecting to pathname unix sockets (ABI 9), UDP (ABI 10)"},
 		},
 		{
 			name:   "degraded",
-			status: process.NewStatus(process.Probes{ABIErr: syscall.ENOSYS, SeccompErr: syscall.ENOSYS, NetErr: syscall.EPERM, CgroupErr: errors.New("no cgroup"), CeilErr: errors.New("no ceilings apply")}, ""),
+			status: process.NewStatus(process.Probes{ABIErr: syscall.ENOSYS, SeccompErr: syscall.ENOSYS, NetErr: syscall.EPERM, ZygoteErr: syscall.ENOSYS, CgroupErr: errors.New("no cgroup"), CeilErr: errors.New("no ceilings apply")}, ""),
 			want: map[string]any{"level": "WARN", "msg": "process sandbox", "confined": false, "landlock_abi": 0.0, "seccomp": false, "network_namespace": false,
-				"process_network": "refused", "cgroup_kill": false, "ceilings": "",
+				"process_network": "refused", "spawner": "launcher", "cgroup_kill": false, "ceilings": "",
 				"reason": "Landlock is not available (function not implemented): children's files are not confined and they read and write whatever the worker's OS user can; " +
 					"no seccomp filter (function not implemented): children can open multipath TCP, raw and packet sockets and use ptrace, bpf, io_uring and namespaces as far as the kernel lets their user; " +
 					"no user and network namespace for children (operation not permitted): calls whose process grant includes network are refused (CAPSTAN_PROCESS_NETWORK=unconfined lets them use any host); " +

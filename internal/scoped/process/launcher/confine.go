@@ -35,9 +35,10 @@ func confine(s Spec, status int) (step string, err error) {
 		return "capabilities", err
 	}
 	if s.Landlock {
-		if err := Restrict(s); err != nil {
+		if err := restrictSelf(rulesetFD); err != nil {
 			return "landlock", err
 		}
+		_ = unix.Close(rulesetFD)
 	}
 	if s.Seccomp {
 		if err := InstallFilter(s.Net != NetNone); err != nil {

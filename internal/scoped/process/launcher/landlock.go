@@ -7,7 +7,8 @@ import (
 	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
-	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
 )
 
 // ABI returns the Landlock ABI version of the running kernel, as
@@ -15,7 +16,7 @@ import (
 // scoping counts as 5): 0 with the reason when Landlock is not available
 // (not built in, not enabled at boot, or not Linux).
 func ABI() (int, error) {
-	v, err := llsyscall.LandlockGetABIVersion()
+	v, err := ll.LandlockGetABIVersion()
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("landlock_create_ruleset: %w", err)
@@ -23,7 +24,7 @@ func ABI() (int, error) {
 		return 0, fmt.Errorf("landlock_create_ruleset returned ABI %d", v)
 	}
 	if v >= 6 {
-		if errata, err := llsyscall.LandlockGetErrata(); err != nil || errata&signalScopingFix == 0 {
+		if errata, err := ll.LandlockGetErrata(); err != nil || errata&signalScopingFix == 0 {
 			v = 5
 		}
 	}
@@ -33,19 +34,37 @@ func ABI() (int, error) {
 // signalScopingFix is the Landlock erratum bit of the signal scoping fix.
 const signalScopingFix = 0x2
 
-// Restrict confines the calling process and everything it executes from
-// now on to s, in go-landlock's best-effort mode: every access right the
-// running kernel's Landlock ABI can restrict is restricted, and the rights
-// it cannot are left as they are (Status of the process package reports
-// which). Without Landlock it fails: a launcher asked for Landlock never
-// runs a child without it.
+// presets are go-landlock's configurations of every ABI: what each one
+// can restrict.
+var presets = []landlock.Config{
+	landlock.V1, landlock.V2, landlock.V3, landlock.V4, landlock.V5, landlock.V6,
+	landlock.V7, landlock.V8, landlock.V9, landlock.V10, landlock.V11,
+}
+
+// Access rights of the rules (linux/landlock.h).
+const (
+	readRights = ll.AccessFSExecute | ll.AccessFSReadFile | ll.AccessFSReadDir
+	// writeRights are added to readRights for a writable hierarchy.
+	writeRights = ll.AccessFSWriteFile | ll.AccessFSRemoveDir | ll.AccessFSRemoveFile |
+		ll.AccessFSMakeChar | ll.AccessFSMakeDir | ll.AccessFSMakeReg | ll.AccessFSMakeSock |
+		ll.AccessFSMakeFifo | ll.AccessFSMakeBlock | ll.AccessFSMakeSym | ll.AccessFSTruncate | ll.AccessFSRefer
+	// fileRights are the rights that apply to a file (the others apply to
+	// the entries of a directory).
+	fileRights = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSReadFile | ll.AccessFSTruncate
+)
+
+// Ruleset builds the Landlock ruleset of s (s.Read, s.Write and s.Net) for
+// the running kernel's ABI and returns it as a close-on-exec file, for a
+// launcher to restrict itself with. Every access right the ABI can restrict
+// is handled, so anything the rules do not grant is refused:
 //
 //   - Files: s.Read hierarchies may be read, listed and executed; s.Write
 //     hierarchies may also be written, truncated (ABI 3+), and have
 //     entries created, removed, renamed and linked (moving between
 //     directories needs ABI 2+); anything else is refused with EACCES.
-//     Device ioctls (ABI 5+) and connecting to pathname unix sockets made
-//     outside the sandbox (ABI 9+) are refused everywhere.
+//     Device ioctls (ABI 5+) and connecting to pathname unix sockets
+//     (ABI 9+) are granted nowhere. A path that does not exist is skipped;
+//     a path naming a file grants that file only.
 //   - Network (ABI 4+ for TCP, 10+ for UDP): NetNone refuses every bind,
 //     connect and send; NetProxy allows TCP connect to ProxyPort only (in
 //     the child's own namespace that is the egress proxy); NetHost leaves
@@ -53,53 +72,75 @@ const signalScopingFix = 0x2
 //   - IPC (ABI 6+): signals to, and abstract unix sockets of, processes
 //     outside the sandbox are refused.
 //
-// It also sets no_new_privs, so set-user-ID binaries gain nothing.
-func Restrict(s Spec) error {
+// Without Landlock it fails.
+func Ruleset(s Spec) (*os.File, error) {
 	abi, err := ABI()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cfg := landlock.V11
+	cfg := presets[min(abi, len(presets))-1]
+	fsHandled := uint64(cfg.HandledAccessFS)
+	netHandled := uint64(cfg.HandledAccessNet)
 	if s.Net == NetHost {
-		cfg.HandledAccessNet = 0
+		netHandled = 0
 	}
-	var rules []landlock.Rule
-	for _, p := range s.Read {
-		dir, ok, err := kind(p)
-		switch {
-		case err != nil:
-			return err
-		case !ok:
-			continue
-		case dir:
-			rules = append(rules, landlock.RODirs(p).IgnoreIfMissing())
-		default:
-			rules = append(rules, landlock.ROFiles(p).IgnoreIfMissing())
+	attr := ll.RulesetAttr{HandledAccessFS: fsHandled, HandledAccessNet: netHandled, Scoped: uint64(cfg.Scoped)}
+	fd, err := ll.LandlockCreateRuleset(&attr, 0)
+	if err != nil {
+		return nil, fmt.Errorf("landlock_create_ruleset: %w", err)
+	}
+	rs := os.NewFile(uintptr(fd), "landlock-ruleset")
+	add := func(path string, rights uint64) error {
+		pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			return nil
 		}
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		defer unix.Close(pfd)
+		var st unix.Stat_t
+		if err := unix.Fstat(pfd, &st); err != nil {
+			return fmt.Errorf("stat %s: %w", path, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			rights &= fileRights
+		}
+		rights &= fsHandled
+		if rights == 0 {
+			return nil
+		}
+		if err := ll.LandlockAddPathBeneathRule(fd, &ll.PathBeneathAttr{AllowedAccess: rights, ParentFd: pfd}, 0); err != nil {
+			return fmt.Errorf("landlock rule for %s: %w", path, err)
+		}
+		return nil
+	}
+	var errs []error
+	for _, p := range s.Read {
+		errs = append(errs, add(p, readRights))
 	}
 	for _, p := range s.Write {
-		dir, ok, err := kind(p)
-		switch {
-		case err != nil:
-			return err
-		case !ok:
-			continue
-		case dir:
-			rule := landlock.RWDirs(p).IgnoreIfMissing()
-			// Refer is not restrictable before ABI 2; asking for it there
-			// would make best-effort mode drop Landlock altogether.
-			if abi >= 2 {
-				rule = rule.WithRefer()
-			}
-			rules = append(rules, rule)
-		default:
-			rules = append(rules, landlock.RWFiles(p).IgnoreIfMissing())
+		errs = append(errs, add(p, readRights|writeRights))
+	}
+	if s.Net == NetProxy && netHandled&ll.AccessNetConnectTCP != 0 {
+		if err := ll.LandlockAddNetPortRule(fd, &ll.NetPortAttr{AllowedAccess: ll.AccessNetConnectTCP, Port: ProxyPort}, 0); err != nil {
+			errs = append(errs, fmt.Errorf("landlock rule for port %d: %w", ProxyPort, err))
 		}
 	}
-	if s.Net == NetProxy {
-		rules = append(rules, landlock.ConnectTCP(ProxyPort))
+	if err := errors.Join(errs...); err != nil {
+		_ = rs.Close()
+		return nil, err
 	}
-	return cfg.BestEffort().Restrict(rules...)
+	return rs, nil
+}
+
+// restrictSelf confines the calling thread, and what it executes, to the
+// ruleset rs (Ruleset). The thread's no_new_privs bit must be set.
+func restrictSelf(rs int) error {
+	if err := ll.LandlockRestrictSelf(rs, 0); err != nil {
+		return fmt.Errorf("landlock_restrict_self: %w", err)
+	}
+	return nil
 }
 
 // kind reports whether p is a directory; ok is false when p does not exist.

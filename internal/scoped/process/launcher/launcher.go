@@ -20,7 +20,8 @@
 //  3. sets no_new_privs and drops every capability (bounding, ambient,
 //     permitted, effective and inheritable sets; securebits keep a root
 //     child from regaining them at execve);
-//  4. applies the Spec's Landlock ruleset;
+//  4. applies the Spec's Landlock ruleset, which the runner built
+//     (Ruleset) and passed as descriptor 4;
 //  5. installs the seccomp filter (Filter);
 //  6. execve(2)s the binary with the environment it was given.
 //
@@ -70,8 +71,12 @@ const Self = "/proc/self/exe"
 // port Landlock lets it connect to.
 const ProxyPort = 3128
 
-// statusFD is the descriptor of the status channel in the launcher.
-const statusFD = 3
+// Descriptors of a launcher: the status channel, and the Landlock ruleset
+// when the Spec asks for Landlock.
+const (
+	statusFD  = 3
+	rulesetFD = 4
+)
 
 // specVersion is the version of the Spec encoding; a launcher refuses any
 // other, so a worker and a launcher built from different sources never
@@ -223,28 +228,72 @@ func Parse(args []string) (s Spec, path string, argv []string, err error) {
 	return s, args[2], args[3:], nil
 }
 
+// Handle is the runner's side of one launcher: its status channel and the
+// descriptors the launcher inherits.
+type Handle struct {
+	ours  *os.File
+	child []*os.File // closed in the runner once the launcher started
+}
+
 // Prepare turns c into a launcher of path with argv under s: it sets
-// c.Path, c.Args and c.ExtraFiles (which must be empty). It returns the
-// runner's end of the status channel and the launcher's end: after c.Start
-// the caller closes theirs and calls Await(ours); when Start fails it
-// closes both. c.SysProcAttr is the caller's (s.NetNS needs NetNSAttr).
-func Prepare(c *exec.Cmd, s Spec, path string, argv []string) (ours, theirs *os.File, err error) {
+// c.Path, c.Args and c.ExtraFiles (which must be empty), and builds the
+// Landlock ruleset when s.Landlock. After c.Start the caller calls Started
+// and then Await; when Start fails it calls Close. c.SysProcAttr is the
+// caller's (s.NetNS needs NetNSAttr).
+func Prepare(c *exec.Cmd, s Spec, path string, argv []string) (*Handle, error) {
 	if len(c.ExtraFiles) > 0 {
-		return nil, nil, errors.New("launcher: the command already has extra files")
+		return nil, errors.New("launcher: the command already has extra files")
 	}
 	args, err := Args(s, path, argv)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	ours, theirs, err = channel()
+	ours, theirs, err := channel()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
+	}
+	h := &Handle{ours: ours, child: []*os.File{theirs}}
+	if s.Landlock {
+		rs, err := Ruleset(s)
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("launcher: %w", err)
+		}
+		h.child = append(h.child, rs)
 	}
 	c.Path = Self
 	c.Args = args
-	c.ExtraFiles = []*os.File{theirs}
-	return ours, theirs, nil
+	c.ExtraFiles = h.child
+	return h, nil
 }
+
+// Started closes the runner's copies of the launcher's descriptors.
+func (h *Handle) Started() {
+	for _, f := range h.child {
+		_ = f.Close()
+	}
+	h.child = nil
+}
+
+// Await is Await of the status channel.
+func (h *Handle) Await() (listener *os.File, err error) {
+	h.Started()
+	return Await(h.ours)
+}
+
+// Status returns the runner's end of the status channel, for Await.
+func (h *Handle) Status() *os.File { return h.ours }
+
+// Close releases everything of a launcher that was not started.
+func (h *Handle) Close() {
+	h.Started()
+	_ = h.ours.Close()
+}
+
+// Channel returns a new status channel: the runner's end, to Await, and
+// the child's end, to hand to whatever confines the child (a launcher, or
+// the zygote).
+func Channel() (ours, theirs *os.File, err error) { return channel() }
 
 // channel returns a connected pair of unix SOCK_SEQPACKET sockets, both
 // close-on-exec (os/exec dups the launcher's end onto descriptor 3).
@@ -316,6 +365,9 @@ func Await(ours *os.File) (listener *os.File, err error) {
 		case m.Error != nil:
 			closeFDs(fds)
 			closeFile(listener)
+			if m.Error.Message == "" && m.Error.Errno != 0 {
+				m.Error.Message = syscall.Errno(m.Error.Errno).Error()
+			}
 			return nil, m.Error
 		case m.Listener && len(fds) == 1 && listener == nil:
 			listener = os.NewFile(uintptr(fds[0]), "egress-listener")
@@ -409,7 +461,7 @@ const (
 // started that way: a seccomp filter may refuse clone3, which placing a
 // child in a cgroup at start needs.
 func Check(attr *syscall.SysProcAttr) error {
-	return run([]string{Arg0, checkArg}, attr)
+	return run([]string{Arg0, checkArg}, attr, Spec{})
 }
 
 // Probe starts a launcher with attr that applies s (everything but the
@@ -420,10 +472,10 @@ func Probe(s Spec, attr *syscall.SysProcAttr) error {
 	if err != nil {
 		return err
 	}
-	return run([]string{Arg0, probeArg, text}, attr)
+	return run([]string{Arg0, probeArg, text}, attr, s)
 }
 
-func run(args []string, attr *syscall.SysProcAttr) error {
+func run(args []string, attr *syscall.SysProcAttr, s Spec) error {
 	c := exec.Command(Self)
 	c.Args = args
 	c.SysProcAttr = attr
@@ -431,14 +483,21 @@ func run(args []string, attr *syscall.SysProcAttr) error {
 	if err != nil {
 		return err
 	}
-	c.ExtraFiles = []*os.File{theirs}
-	err = c.Start()
-	_ = theirs.Close()
-	if err != nil {
-		_ = ours.Close()
+	h := &Handle{ours: ours, child: []*os.File{theirs}}
+	if s.Landlock {
+		rs, err := Ruleset(s)
+		if err != nil {
+			h.Close()
+			return fmt.Errorf("launcher: %w", err)
+		}
+		h.child = append(h.child, rs)
+	}
+	c.ExtraFiles = h.child
+	if err := c.Start(); err != nil {
+		h.Close()
 		return fmt.Errorf("launcher: start: %w", err)
 	}
-	l, awaitErr := Await(ours)
+	l, awaitErr := h.Await()
 	closeFile(l)
 	waitErr := c.Wait()
 	if awaitErr != nil {
