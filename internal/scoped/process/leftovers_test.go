@@ -1,0 +1,93 @@
+package process_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capstanhq/capstan/internal/scoped/process"
+	"github.com/capstanhq/capstan/tool"
+)
+
+const tmpEnv = "CAPSTAN_PROCESS_TMP"
+
+// leaveBehind is the helper of TestSweep: a worker that is killed with a
+// child running.
+func leaveBehind() int {
+	r := process.New(grant("sleep"), process.Reach{}, nil, process.Config{TmpDir: os.Getenv(tmpEnv)}, nil)
+	ch, err := r.Start(context.Background(), tool.Command{Binary: "sleep", Args: []string{"60"}})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println(ch.Pid)
+	select {}
+}
+
+// TestSweep kills a worker (a helper process) that has a child running:
+// its children's temp dir and cgroups stay behind, with the child still
+// running in them. Sweep at the next start kills the child and removes
+// both; what belongs to a live process stays.
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	root := realTempDir(t)
+	// A live owner: this test process, with a child's temp dir under root.
+	live := process.New(grant("true"), process.Reach{}, resolver, process.Config{TmpDir: root}, nil)
+	_, err := live.Run(context.Background(), tool.Command{Binary: "true"})
+	require.NoError(t, err)
+	liveDirs, err := filepath.Glob(filepath.Join(root, "capstan-worker-*"))
+	require.NoError(t, err)
+	require.Len(t, liveDirs, 1)
+	// A legacy TMPDIR, older than a day, and a fresh one.
+	old := filepath.Join(root, "capstan-proc-123")
+	fresh := filepath.Join(root, "capstan-proc-456")
+	require.NoError(t, os.Mkdir(old, 0o700))
+	require.NoError(t, os.Mkdir(fresh, 0o700))
+	long := time.Now().Add(-48 * time.Hour)
+	require.NoError(t, os.Chtimes(old, long, long))
+
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	c := exec.Command(exe)
+	c.Env = []string{helperEnv + "=leave-behind", tmpEnv + "=" + root, "PATH=" + os.Getenv("PATH")}
+	out, err := c.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, c.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	sleepPID, err := strconv.Atoi(strings.TrimSpace(line))
+	require.NoError(t, err, "helper said %q", line)
+	t.Cleanup(func() { _ = syscall.Kill(sleepPID, syscall.SIGKILL) })
+	helperOwner := fmt.Sprintf("%d.", c.Process.Pid)
+	require.NoError(t, c.Process.Kill())
+	_ = c.Wait()
+	require.True(t, alive(sleepPID), "the child outlives its killed worker")
+	dead, err := filepath.Glob(filepath.Join(root, "capstan-worker-"+helperOwner+"*"))
+	require.NoError(t, err)
+	require.Len(t, dead, 1, "the killed worker's temp dir is left behind")
+
+	res := process.Sweep(root, nil)
+	require.GreaterOrEqual(t, res.TempDirs, 2, "the dead worker's dir and the old legacy one")
+	require.NoDirExists(t, dead[0])
+	require.NoDirExists(t, old)
+	require.DirExists(t, fresh, "a legacy dir younger than a day may belong to a running older worker")
+	require.DirExists(t, liveDirs[0], "a live worker's dir stays")
+	if s := process.Sandbox(); s.CgroupKill {
+		require.GreaterOrEqual(t, res.Cgroups, 1)
+		require.Eventually(t, func() bool { return !alive(sleepPID) }, 10*time.Second, 10*time.Millisecond,
+			"the child left in the dead worker's cgroup is killed")
+		left, err := filepath.Glob(filepath.Join(s.Cgroup, "capstan-call-"+helperOwner+"*"))
+		require.NoError(t, err)
+		require.Empty(t, left)
+	}
+}
