@@ -2,6 +2,8 @@ module github.com/capstanhq/capstan
 
 go 1.26.8
 
+toolchain go1.26.11
+
 require (
 	code.dny.dev/ssrf v0.3.0
 	github.com/caarlos0/env/v11 v11.4.2
