@@ -97,9 +97,33 @@ func (g *NetworkGrant) CheckEndpoint(e Endpoint) error {
 		return tool.Deny(tool.ErrHostNotAllowed, e.String()+" is on the deny list")
 	}
 	if g == nil || !g.allow.Allows(e) || (!g.declaredAll && !g.declared.Allows(e)) {
-		return tool.Deny(tool.ErrHostNotAllowed, e.String()+" is not in the declared allowedHosts")
+		return tool.Deny(tool.ErrHostNotAllowed, e.String()+notAllowedSuffix)
 	}
 	return nil
+}
+
+// notAllowedSuffix ends the detail of CheckEndpoint's refusal of a host
+// outside the grant.
+const notAllowedSuffix = " is not in the declared allowedHosts"
+
+// NotAllowedHost reports whether err is (or wraps) the refusal Check and
+// CheckEndpoint return for a host outside the grant's allow lists ("<host>
+// is not in the declared allowedHosts"), as opposed to a deny-list entry, an
+// address refused at dial time or a malformed target, and returns the host
+// as that refusal names it (Endpoint.String: lower-case ASCII, IPv6 in
+// brackets, ":port" when not the scheme's default).
+func NotAllowedHost(err error) (string, bool) {
+	var d *tool.DenialError
+	if !errors.As(err, &d) || d.Kind != tool.ErrHostNotAllowed {
+		return "", false
+	}
+	host, ok := strings.CutSuffix(d.Detail, notAllowedSuffix)
+	// A normalised host has no space; every other detail with this
+	// ending (none today) would.
+	if !ok || host == "" || strings.ContainsAny(host, " \t") {
+		return "", false
+	}
+	return host, true
 }
 
 // CheckURL performs the pure pre-checks a fetcher runs on every URL (and each

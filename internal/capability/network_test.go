@@ -1,6 +1,8 @@
 package capability
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -74,6 +76,50 @@ func TestNetworkGrantCheck(t *testing.T) {
 			var d *tool.DenialError
 			require.ErrorAs(t, err, &d)
 		})
+	}
+}
+
+func TestNotAllowedHost(t *testing.T) {
+	t.Parallel()
+	g, err := NewNetworkGrant([]string{"*"}, NetworkPolicy{Allow: []string{"*.github.com", "[::1]:*"}, Deny: []string{"gist.github.com"}})
+	require.NoError(t, err)
+	tests := []struct {
+		name   string
+		scheme string
+		host   string
+		port   int
+		want   string // "" = not the not-allowed refusal
+	}{
+		{name: "outside the allow list", scheme: "https", host: "API.Stripe.com.", want: "api.stripe.com"},
+		{name: "port shown", scheme: "http", host: "api.stripe.com", port: 443, want: "api.stripe.com:443"},
+		{name: "IPv6 in brackets", scheme: "https", host: "2001:db8::1", port: 8443, want: "[2001:db8::1]:8443"},
+		{name: "deny list", scheme: "https", host: "gist.github.com"},
+		{name: "bad scheme", scheme: "ftp", host: "api.github.com"},
+		{name: "invalid host", scheme: "https", host: "a_b.github.com"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := g.Check(tt.scheme, tt.host, tt.port)
+			require.Error(t, err)
+			host, ok := NotAllowedHost(err)
+			require.Equal(t, tt.want != "", ok)
+			require.Equal(t, tt.want, host)
+			wrapped, ok := NotAllowedHost(fmt.Errorf("dial: %w", err))
+			require.Equal(t, tt.want, wrapped, "wrapped")
+			require.Equal(t, tt.want != "", ok)
+		})
+	}
+	for _, err := range []error{
+		nil,
+		errors.New("HOST_NOT_ALLOWED: x is not in the declared allowedHosts"), // not a denial
+		tool.Deny(tool.ErrPathNotReachable, "x is not in the declared allowedHosts"),
+		tool.Deny(tool.ErrHostNotAllowed, "invalid URL: x is not in the declared allowedHosts"),
+		tool.Deny(tool.ErrHostNotAllowed, " is not in the declared allowedHosts"),
+	} {
+		host, ok := NotAllowedHost(err)
+		require.False(t, ok, "%v", err)
+		require.Empty(t, host)
 	}
 }
 

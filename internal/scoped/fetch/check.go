@@ -36,7 +36,7 @@ func (f *fetcher) admit(u *url.URL) (capability.Endpoint, error) {
 	if err := f.grant.CheckEndpoint(e); err != nil {
 		return capability.Endpoint{}, err
 	}
-	return e, f.screenStatic(e)
+	return e, f.dialer.screenStatic(e)
 }
 
 // endpointOf reads the endpoint the transport will dial for u.

@@ -14,7 +14,8 @@
 //     host, port) the caller's credential headers are dropped for the rest
 //     of the chain (see sensitiveHeader for the rule) and the client's
 //     automatic Referer is never sent;
-//  3. the connection: every dial resolves the name itself, refuses the
+//  3. the connection (Dialer, also used on its own by the egress proxy of
+//     child processes): every dial resolves the name itself, refuses the
 //     connection when any address is private or reserved (unless the grant
 //     has AllowPrivateURLs) or a cloud-metadata address (always), and then
 //     dials the checked address, so DNS rebinding cannot slip through; the
@@ -60,8 +61,8 @@ type Config struct {
 	// MaxBodyBytes caps the response body; the body is cut there and
 	// Response.Truncated set. 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// Timeout bounds one Fetch, redirects and body read included. 0 means
-	// DefaultTimeout.
+	// Timeout bounds one Fetch, redirects and body read included, and one
+	// Dialer.Dial. 0 means DefaultTimeout.
 	Timeout time.Duration
 	// LookupIP resolves a host name for the dial-time check; the connection
 	// goes to one of the addresses it returns, after all of them passed the
@@ -102,13 +103,10 @@ func lookupIP(ctx context.Context, host string) ([]netip.Addr, error) {
 
 // fetcher is the tool.Fetcher returned by New.
 type fetcher struct {
-	grant  *capability.NetworkGrant // nil allows nothing
-	cfg    Config
-	onDeny func(error)
-
-	// dial connects to an already checked "ip:port"; a field so tests can
-	// count dials and send them to a loopback server.
-	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
+	grant     *capability.NetworkGrant // nil allows nothing
+	cfg       Config
+	onDeny    func(error)
+	dialer    *Dialer // reports nothing: Fetch reports its denials itself
 	transport *http.Transport
 	client    *http.Client
 }
@@ -121,9 +119,7 @@ func New(g *capability.NetworkGrant, cfg Config, onDeny func(error)) tool.Fetche
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
-	f := &fetcher{grant: g, cfg: cfg.withDefaults(), onDeny: onDeny}
-	dialer := &net.Dialer{Timeout: f.cfg.Timeout, ControlContext: f.control}
-	f.dial = dialer.DialContext
+	f := &fetcher{grant: g, cfg: cfg.withDefaults(), onDeny: onDeny, dialer: NewDialer(g, cfg, nil)}
 	f.transport = &http.Transport{
 		Proxy:                  nil, // never HTTP_PROXY and friends
 		DialContext:            f.dialContext,

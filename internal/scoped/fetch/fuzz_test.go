@@ -80,7 +80,7 @@ func FuzzFetchURL(f *testing.F) {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 		},
 	}, func(error) { denials.Add(1) }).(*fetcher)
-	fe.dial = func(context.Context, string, string) (net.Conn, error) {
+	fe.dialer.dial = func(context.Context, string, string) (net.Conn, error) {
 		dials.Add(1)
 		return nil, errors.New("fuzz: dial attempted")
 	}

@@ -114,7 +114,7 @@ func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
 // screenAddrs refuses e when one of its addresses is a cloud-metadata
 // address (always; this detail wins) or private or reserved (unless the
 // grant allows private URLs).
-func (f *fetcher) screenAddrs(e capability.Endpoint, addrs []netip.Addr) error {
+func (d *Dialer) screenAddrs(e capability.Endpoint, addrs []netip.Addr) error {
 	worst := addrPublic
 	for _, a := range addrs {
 		worst = max(worst, classify(a))
@@ -122,13 +122,13 @@ func (f *fetcher) screenAddrs(e capability.Endpoint, addrs []netip.Addr) error {
 	switch {
 	case worst == addrMetadata:
 		return deny(e.String() + " is a cloud metadata address")
-	case worst == addrReserved && !f.allowPrivate():
+	case worst == addrReserved && !d.allowPrivate():
 		return deny(e.String() + " resolves to a private or reserved address")
 	}
 	return nil
 }
 
-func (f *fetcher) allowPrivate() bool { return f.grant != nil && f.grant.AllowPrivateURLs }
+func (d *Dialer) allowPrivate() bool { return d.grant != nil && d.grant.AllowPrivateURLs }
 
 // endpointKey carries the endpoint being dialled to control.
 type endpointKey struct{}
@@ -136,10 +136,10 @@ type endpointKey struct{}
 // control is the net.Dialer's ControlContext: the last check, on the socket
 // address itself, after the socket is created and before it connects. The
 // addresses dialled were screened already; this makes the policy hold for
-// every connection the transport opens even if a path that skips the
+// every connection the Dialer opens even if a path that skips the
 // screening is added later. Unless the grant allows private URLs, the
 // guard's own Safe runs too (it also admits only tcp4 and tcp6).
-func (f *fetcher) control(ctx context.Context, network, address string, c syscall.RawConn) error {
+func (d *Dialer) control(ctx context.Context, network, address string, c syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return deny("invalid URL: cannot dial " + address)
@@ -150,10 +150,10 @@ func (f *fetcher) control(ctx context.Context, network, address string, c syscal
 			return deny("invalid URL: " + err.Error())
 		}
 	}
-	if err := f.screenAddrs(e, []netip.Addr{ap.Addr()}); err != nil {
+	if err := d.screenAddrs(e, []netip.Addr{ap.Addr()}); err != nil {
 		return err
 	}
-	if f.allowPrivate() {
+	if d.allowPrivate() {
 		return nil
 	}
 	switch err := reservedGuard.Safe(network, ap.String(), c); {

@@ -83,9 +83,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 		defer e.mu.Unlock()
 		e.denied = append(e.denied, err)
 	}).(*fetcher)
-	guarded := e.f.dial // the fetcher's own dialer, with its control hook
+	guarded := e.f.dialer.dial // the fetcher's own dialer, with its control hook
 	plain := (&net.Dialer{}).DialContext
-	e.f.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	e.f.dialer.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		e.dials.Add(1)
 		e.mu.Lock()
 		e.dialled = append(e.dialled, addr)
