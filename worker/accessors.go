@@ -2,14 +2,17 @@ package worker
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/scoped/egress"
 	"github.com/capstanhq/capstan/internal/scoped/fetch"
 	scopedfs "github.com/capstanhq/capstan/internal/scoped/fs"
 	scopedkv "github.com/capstanhq/capstan/internal/scoped/kv"
@@ -62,6 +65,12 @@ func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
 	}
 	if g.Process != nil {
 		reach := process.Reach{FS: g.FS, Network: !g.Network.Empty()}
+		if reach.Network {
+			// The children's egress proxy: the same grant and dial-time
+			// checks as the fetch accessor; each refusal is recorded as a
+			// denial (audit record, span event, metric).
+			reach.Egress = egressProxy{egress.Config{Dialer: fetch.NewDialer(g.Network, fetch.Config{}, rec.add)}}
+		}
 		tc.Process = process.New(g.Process, reach, w.resolver, w.procCfg, rec.add)
 	}
 	if g.Secrets != nil && w.secrets != nil {
@@ -70,6 +79,13 @@ func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
 	if g.Storage != nil {
 		tc.KV = scopedkv.New(w.kv.storage, g.Storage, rec.add)
 	}
+}
+
+// egressProxy serves one call's egress proxy (process.Egress).
+type egressProxy struct{ cfg egress.Config }
+
+func (p egressProxy) Serve(ctx context.Context, ln net.Listener) error {
+	return egress.Serve(ctx, ln, p.cfg)
 }
 
 // floorPaths are the worker's own files, never reachable by a tool.

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
-	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -126,18 +127,9 @@ func TestTerminalConfinedToThePersonality(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("inside\n"), 0o600))
 	outside := filepath.Join(t.TempDir(), "secret.txt")
 	require.NoError(t, os.WriteFile(outside, []byte("outside\n"), 0o600))
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	}()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "hello through the proxy") }))
+	t.Cleanup(srv.Close)
+	port := strings.TrimPrefix(srv.URL, "http://127.0.0.1:")
 	reach := fmt.Sprintf("fs_reach:\n  workdir: %q\n  read: [\"${WORKDIR}\"]\n  write: [\"${WORKDIR}\"]\n", dir)
 	e.putPersonality("coder", "id: coder\n"+reach)
 	e.putPersonality("online", "id: online\n"+reach+"safety:\n  network:\n    allow: [\"127.0.0.1:*\"]\n    allow_private_urls: true\n")
@@ -171,11 +163,26 @@ func TestTerminalConfinedToThePersonality(t *testing.T) {
 	r = run("t4", "coder", "cat "+outside)
 	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
 	require.Contains(t, r.Error, outside+": Permission denied")
-	dial := "exec 3<>/dev/tcp/127.0.0.1/" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port) + " && echo connected"
+	dial := "exec 3<>/dev/tcp/127.0.0.1/" + port + " && echo connected"
 	r = run("t5", "coder", dial)
 	require.Equal(t, protocol.CodeExecutionFailed, r.Code, "no network in the personality: no TCP")
 	require.Contains(t, r.Error, "socket: Operation not permitted", "no IP socket at all without network")
+	if !sb.NetworkNamespace {
+		t.Skipf("no network namespace on this machine (%s): the egress checks are skipped", sb.Reason)
+	}
 	r = run("t6", "online", dial)
+	require.Equal(t, protocol.CodeExecutionFailed, r.Code, "with network, still no direct TCP: only the egress proxy")
+	require.NotContains(t, r.Error, "connected")
+	r = run("t7", "online", "curl -sS "+srv.URL+"/")
 	require.True(t, r.OK, r.Error)
-	require.Contains(t, r.Value, "\nconnected\n")
+	require.Contains(t, r.Value, "\nhello through the proxy\n")
+	audit := e.tail(e.names.AuditStream(), "capstan.audit.terminal")
+	r = run("t8", "online", "curl -sS -w ' %{http_code}' http://192.0.2.1/")
+	require.True(t, r.OK, r.Error)
+	var rec protocol.AuditRecord
+	for rec.CallID != "t8" {
+		require.NoError(t, json.Unmarshal(recv(t, audit).Data, &rec))
+	}
+	require.Equal(t, []string{"HOST_NOT_ALLOWED"}, rec.Denials, "the egress refusal is in the call's audit record")
+	require.Contains(t, r.Value, "\n"+`Capstan egress: host "192.0.2.1" is not in personality network allow list 403`+"\n")
 }

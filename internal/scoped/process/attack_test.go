@@ -3,9 +3,17 @@ package process_test
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
+	"io"
 	"net"
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +22,8 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/scoped/egress"
+	"github.com/capstanhq/capstan/internal/scoped/fetch"
 	"github.com/capstanhq/capstan/internal/scoped/process"
 	"github.com/capstanhq/capstan/tool"
 )
@@ -23,6 +33,16 @@ import (
 // once as the worker confines children and once with the defences this
 // machine would lack on the main branch before them (Landlock alone), to
 // show the test notices an escape.
+
+// spawners are the two ways a confined child is started: one conformance
+// suite for both.
+var spawners = []struct {
+	name string
+	cfg  process.Config
+}{
+	{"zygote", process.Config{}},
+	{"launcher", process.Config{NoZygote: true}},
+}
 
 // needConfined skips a test on a machine that cannot give children the
 // whole sandbox.
@@ -109,6 +129,7 @@ func TestAttackChildWithoutNetwork(t *testing.T) {
 		leaks []string
 	}{
 		{name: "confined as the worker confines it"},
+		{name: "confined through the launcher", cfg: process.Config{NoZygote: true}},
 		{name: "Landlock alone, as on main before the namespace and the filter", cfg: process.Config{NoSeccomp: true, NoNetNS: true},
 			leaks: []string{"mptcp", "udp"}},
 	}
@@ -141,8 +162,6 @@ func TestAttackSystemCalls(t *testing.T) {
 	needConfined(t)
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	r := process.New(grant(exe), process.Reach{}, resolver, process.Config{}, nil)
-	out := escape(t, r, "escape-sys", nil)
 	const eperm, enosys = "operation not permitted", "function not implemented"
 	want := map[string]string{
 		"ptrace": eperm, "bpf": eperm, "perf_event_open": eperm, "keyctl": eperm, "add_key": eperm,
@@ -150,13 +169,16 @@ func TestAttackSystemCalls(t *testing.T) {
 		"mount": eperm, "unshare_user": eperm, "unshare_net": eperm, "setns": eperm, "clone_newuser": eperm,
 		"process_vm_readv": eperm, "capabilities": "0 0 0",
 	}
-	require.Equal(t, want, out)
+	for _, sp := range spawners {
+		r := process.New(grant(exe), process.Reach{}, resolver, sp.cfg, nil)
+		require.Equal(t, want, escape(t, r, "escape-sys", nil), sp.name)
+	}
 
 	// Without the filter a child without any capability still creates a
 	// user namespace (and from there the others): the test tells the
 	// difference.
-	r = process.New(grant(exe), process.Reach{}, resolver, process.Config{NoSeccomp: true, NoNetNS: true}, nil)
-	out = escape(t, r, "escape-sys", nil)
+	r := process.New(grant(exe), process.Reach{}, resolver, process.Config{NoSeccomp: true, NoNetNS: true}, nil)
+	out := escape(t, r, "escape-sys", nil)
 	require.Equal(t, "ok", out["clone_newuser"], "without the filter: %v", out)
 	require.Equal(t, "0 0 0", out["capabilities"], "capabilities are dropped by the launcher either way")
 }
@@ -170,13 +192,18 @@ func TestAttackForkFlood(t *testing.T) {
 	needCeiling(t, "pids")
 	g := grant("sh", "sleep")
 	g.Limits = capability.ProcessLimits{Pids: 32}
-	r := process.New(g, process.Reach{}, resolver, process.Config{}, nil)
-	script := `i=0; while [ $i -lt 300 ]; do sleep 60 & i=$((i+1)); done; echo started $i`
-	res, err := r.Run(context.Background(), tool.Command{Binary: "sh", Args: []string{"-c", script}})
-	require.NoError(t, err)
-	require.NotEqual(t, 0, res.ExitCode, "the flood stops at the ceiling: stdout %q stderr %q", res.Stdout, res.Stderr)
-	require.NotContains(t, string(res.Stdout), "started 300")
-	require.Equal(t, []string{"pids limit 32 reached"}, res.LimitsHit)
+	for _, sp := range spawners {
+		t.Run(sp.name, func(t *testing.T) {
+			t.Parallel()
+			r := process.New(g, process.Reach{}, resolver, sp.cfg, nil)
+			script := `i=0; while [ $i -lt 300 ]; do sleep 60 & i=$((i+1)); done; echo started $i`
+			res, err := r.Run(context.Background(), tool.Command{Binary: "sh", Args: []string{"-c", script}})
+			require.NoError(t, err)
+			require.NotEqual(t, 0, res.ExitCode, "the flood stops at the ceiling: stdout %q stderr %q", res.Stdout, res.Stderr)
+			require.NotContains(t, string(res.Stdout), "started 300")
+			require.Equal(t, []string{"pids limit 32 reached"}, res.LimitsHit)
+		})
+	}
 }
 
 // TestAttackMemoryFlood allocates more than the memory ceiling: the call
@@ -189,11 +216,138 @@ func TestAttackMemoryFlood(t *testing.T) {
 	require.NoError(t, err)
 	g := grant(exe)
 	g.Limits = capability.ProcessLimits{MemoryBytes: 64 << 20, MemoryText: "64MiB"}
-	r := process.New(g, process.Reach{}, resolver, process.Config{}, nil)
-	res, err := r.Run(context.Background(), tool.Command{Binary: exe, Env: map[string]string{helperEnv: "mem-flood"}})
-	require.EqualError(t, err, "Process killed: memory limit 64MiB reached")
-	require.ErrorIs(t, err, tool.ErrLimitReached)
-	require.NotNil(t, res)
-	require.NotContains(t, string(res.Stdout), "survived")
-	require.Equal(t, 128+9, res.ExitCode, "killed by SIGKILL")
+	for _, sp := range spawners {
+		t.Run(sp.name, func(t *testing.T) {
+			t.Parallel()
+			r := process.New(g, process.Reach{}, resolver, sp.cfg, nil)
+			res, err := r.Run(context.Background(), tool.Command{Binary: exe, Env: map[string]string{helperEnv: "mem-flood"}})
+			require.EqualError(t, err, "Process killed: memory limit 64MiB reached")
+			require.ErrorIs(t, err, tool.ErrLimitReached)
+			require.NotNil(t, res)
+			require.NotContains(t, string(res.Stdout), "survived")
+			require.Equal(t, 128+9, res.ExitCode, "killed by SIGKILL")
+		})
+	}
+}
+
+// proxied returns the Reach of a call whose grant allows hosts (with
+// allow_private_urls, so tests can use loopback) through a real egress
+// proxy whose resolver maps every name to 127.0.0.1; refusals go to deny.
+func proxied(t *testing.T, hosts []string, private bool, fs *capability.FSGrant, deny func(error)) process.Reach {
+	t.Helper()
+	g, err := capability.NewNetworkGrant([]string{"*"}, capability.NetworkPolicy{Allow: hosts, AllowPrivateURLs: private})
+	require.NoError(t, err)
+	lookup := func(context.Context, string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	d := fetch.NewDialer(g, fetch.Config{LookupIP: lookup}, deny)
+	return process.Reach{FS: fs, Network: true, Egress: egressFunc(func(ctx context.Context, ln net.Listener) error {
+		return egress.Serve(ctx, ln, egress.Config{Dialer: d})
+	})}
+}
+
+type egressFunc func(ctx context.Context, ln net.Listener) error
+
+func (f egressFunc) Serve(ctx context.Context, ln net.Listener) error { return f(ctx, ln) }
+
+// TestAttackChildWithNarrowGrant: a child whose call may reach example.com
+// only tries the NATS port directly (TCP, MPTCP, UDP) and through the
+// egress proxy; everything is refused, the proxy's refusal with the
+// spec's body, and it is reported as a denial.
+func TestAttackChildWithNarrowGrant(t *testing.T) {
+	t.Parallel()
+	needConfined(t)
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	nats := natsAddr(t)
+	for _, sp := range spawners {
+		t.Run(sp.name, func(t *testing.T) {
+			t.Parallel()
+			narrowGrantAttack(t, exe, nats, sp.cfg)
+		})
+	}
+}
+
+func narrowGrantAttack(t *testing.T, exe, nats string, cfg process.Config) {
+	sink := newUDPSink(t)
+	var d denials
+	r := process.New(grant(exe), proxied(t, []string{"example.com"}, false, nil, d.record), resolver, cfg, nil)
+	out := escape(t, r, "escape-net", map[string]string{tcpEnv: nats, udpEnv: sink.conn.LocalAddr().String(), proxyEnv: "1"})
+	require.NotContains(t, out["tcp"], "CONNECTED", "direct TCP to the NATS port")
+	require.NotContains(t, out["mptcp"], "CONNECTED")
+	require.Contains(t, out["mptcp"], "operation not permitted")
+	for _, k := range []string{"raw", "packet", "netlink_audit", "vsock"} {
+		require.Contains(t, out[k], "operation not permitted", k)
+	}
+	require.Equal(t, "sentinel", sink.firstDatagram(t), "a datagram to the host's loopback stays in the child's namespace")
+	require.Contains(t, out["proxy_connect_nats"], "HTTP/1.1 403 Forbidden")
+	require.Contains(t, out["proxy_connect_nats"], `Capstan egress: host \"`+nats+`\" is not in personality network allow list`)
+	require.Len(t, d.all(), 1, "the proxy's refusal is reported once")
+	require.ErrorIs(t, d.all()[0], tool.ErrHostNotAllowed)
+}
+
+// TestEgressClients: real clients reach an allowed host through the egress
+// proxy: curl over HTTP and HTTPS, and git cloning over HTTPS (git's smart
+// HTTP protocol, served by git http-backend).
+func TestEgressClients(t *testing.T) {
+	t.Parallel()
+	needConfined(t)
+	for _, bin := range []string{"curl", "git"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("needs %s: %v", bin, err)
+		}
+	}
+	gitPath, err := exec.LookPath("git")
+	require.NoError(t, err)
+	// A bare repository with one commit, served over HTTPS.
+	srvRoot := realTempDir(t)
+	work := filepath.Join(srvRoot, "work")
+	gitRun := func(dir string, args ...string) {
+		c := exec.Command(gitPath, args...)
+		c.Dir = dir
+		c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t", "GIT_CONFIG_NOSYSTEM=1", "HOME="+srvRoot)
+		out, err := c.CombinedOutput()
+		require.NoError(t, err, "git %v: %s", args, out)
+	}
+	require.NoError(t, os.Mkdir(work, 0o755))
+	gitRun(work, "init", "-q", "-b", "main")
+	require.NoError(t, os.WriteFile(filepath.Join(work, "README"), []byte("cloned through the proxy\n"), 0o644))
+	gitRun(work, "add", "README")
+	gitRun(work, "commit", "-q", "-m", "one")
+	gitRun(srvRoot, "clone", "-q", "--bare", work, "repo.git")
+	backend := &cgi.Handler{Path: gitPath, Args: []string{"http-backend"}, Env: []string{"GIT_PROJECT_ROOT=" + srvRoot, "GIT_HTTP_EXPORT_ALL=1"}}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/hello" {
+			_, _ = io.WriteString(w, "hello over TLS")
+			return
+		}
+		backend.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	port := strings.TrimPrefix(srv.URL, "https://127.0.0.1:")
+
+	// The child's reach: the CA file and a directory to clone into.
+	reach := realTempDir(t)
+	ca := filepath.Join(reach, "ca.pem")
+	require.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644))
+	fs := &capability.FSGrant{Read: []string{reach}, Write: []string{reach}}
+	r := process.New(grant("curl", "git"), proxied(t, []string{"example.com:*"}, true, fs, nil), resolver, process.Config{}, nil)
+
+	res, err := r.Run(context.Background(), tool.Command{Binary: "curl", Args: []string{"-sS", "--cacert", ca, "https://example.com:" + port + "/hello"}, Dir: reach})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "stderr %q", res.Stderr)
+	require.Equal(t, "hello over TLS", string(res.Stdout))
+
+	res, err = r.Run(context.Background(), tool.Command{Binary: "git", Args: []string{"clone", "-q", "https://example.com:" + port + "/repo.git", "clone"}, Dir: reach,
+		Env: map[string]string{"GIT_SSL_CAINFO": ca, "GIT_CONFIG_NOSYSTEM": "1"}})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "stdout %q stderr %q", res.Stdout, res.Stderr)
+	b, err := os.ReadFile(filepath.Join(reach, "clone", "README"))
+	require.NoError(t, err)
+	require.Equal(t, "cloned through the proxy\n", string(b))
+
+	// A host outside the grant: curl sees the proxy's 403.
+	res, err = r.Run(context.Background(), tool.Command{Binary: "curl", Args: []string{"-sS", "-w", " %{http_code}", "http://evil.test/"}, Dir: reach})
+	require.NoError(t, err)
+	require.Equal(t, `Capstan egress: host "evil.test" is not in personality network allow list 403`, string(res.Stdout))
 }

@@ -59,8 +59,17 @@ func (ft fileTree) reach() process.Reach {
 func TestConfinedFiles(t *testing.T) {
 	t.Parallel()
 	needLandlock(t, 3)
+	for _, sp := range spawners {
+		t.Run(sp.name, func(t *testing.T) {
+			t.Parallel()
+			confinedFiles(t, sp.cfg)
+		})
+	}
+}
+
+func confinedFiles(t *testing.T, cfg process.Config) {
 	ft := newFileTree(t)
-	r := process.New(grant("*"), ft.reach(), resolver, process.Config{}, nil)
+	r := process.New(grant("*"), ft.reach(), resolver, cfg, nil)
 	const denied = "Permission denied"
 	tests := []struct {
 		name       string
