@@ -8,8 +8,13 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/worker ./cmd/worker \
- && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/dispatcher ./cmd/dispatcher
+# Built with cgo, statically: the process sandbox's fast path (the zygote, a
+# small C fork server, docs/capabilities.md) needs it; the dispatcher's local
+# mode runs a worker pool too. netgo and osusergo keep the C library's name
+# services out, so the static glibc link is complete.
+ENV CGO_ENABLED=1
+RUN go build -tags netgo,osusergo -trimpath -ldflags="-s -w -extldflags=-static" -o /out/worker ./cmd/worker \
+ && go build -tags netgo,osusergo -trimpath -ldflags="-s -w -extldflags=-static" -o /out/dispatcher ./cmd/dispatcher
 
 # distroless/static: no shell, no package manager, CA certificates and a
 # "nonroot" user (uid 65532). Tools that run processes find no binaries here:
