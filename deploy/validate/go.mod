@@ -2,6 +2,8 @@ module github.com/capstanhq/capstan/deploy/validate
 
 go 1.26.8
 
+toolchain go1.26.11
+
 require (
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/hashicorp/hcl v1.0.1-vault-7

@@ -2,6 +2,8 @@ module github.com/capstanhq/capstan/integration/vault
 
 go 1.26.8
 
+toolchain go1.26.11
+
 require (
 	github.com/capstanhq/capstan v0.0.0-00010101000000-000000000000
 	github.com/hashicorp/go-hclog v1.6.3
@@ -96,6 +98,8 @@ require (
 	github.com/docker/go-connections v0.5.0 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
 	github.com/duosecurity/duo_api_golang v0.0.0-20190308151101-6c680f768e74 // indirect
+	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
 	github.com/emicklei/go-restful/v3 v3.12.2 // indirect
 	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 	github.com/fatih/color v1.18.0 // indirect
