@@ -129,3 +129,29 @@ func TestAttackChildRewritesItsPersonality(t *testing.T) {
 	require.False(t, r.OK)
 	require.Equal(t, `Filesystem boundary: read of "/etc/passwd" is outside this personality's fs_reach allowlist.`, r.Error)
 }
+
+// TestProcessNetworkRefusedWithoutNamespaces: on a machine without user
+// namespaces a call whose process grant includes network is refused before
+// it starts, with the spec's message; a call without network still runs.
+func TestProcessNetworkRefusedWithoutNamespaces(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	reach := fmt.Sprintf("fs_reach:\n  workdir: %q\n  read: [\"${WORKDIR}\"]\n", dir)
+	e.putPersonality("online", "id: online\n"+reach+"safety:\n  network:\n    allow: [\"example.com\"]\n")
+	e.putPersonality("offline", "id: offline\n"+reach)
+	w, err := worker.New(worker.Config{NATSURL: e.url, Logger: quietLogger()}, builtin.All()...)
+	require.NoError(t, err)
+	worker.WithoutNetworkNamespaces(w)
+	e.run(w)
+
+	e.call(protocol.Call{CallID: "n1", Tool: "terminal", PersonalityID: "online", Args: json.RawMessage(`{"command":"echo hi"}`)})
+	r := e.result("n1", "n1")
+	require.Equal(t, protocol.CodeNotAvailable, r.Code)
+	require.Equal(t, "Process network needs a network namespace, which this machine does not allow: turned off by the runner's configuration", r.Error)
+
+	e.call(protocol.Call{CallID: "n2", Tool: "terminal", PersonalityID: "offline", Args: json.RawMessage(`{"command":"echo hi"}`)})
+	r = e.result("n2", "n2")
+	require.True(t, r.OK, r.Error)
+}

@@ -76,6 +76,20 @@ func (e *env) startStoppable(cfg worker.Config, tools ...tool.Tool) (*worker.Wor
 	}
 	w, err := worker.New(cfg, tools...)
 	require.NoError(e.t, err)
+	return w, e.runStoppable(w)
+}
+
+// run runs a worker built by the test until the test ends and waits until
+// it is ready.
+func (e *env) run(w *worker.Worker) {
+	e.t.Helper()
+	e.t.Cleanup(e.runStoppable(w))
+}
+
+// runStoppable runs w, waits until it is ready and returns the function
+// that stops it.
+func (e *env) runStoppable(w *worker.Worker) func() {
+	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
@@ -89,7 +103,7 @@ func (e *env) startStoppable(cfg worker.Config, tools ...tool.Tool) (*worker.Wor
 		e.t.Fatal("worker not ready in 30s")
 	}
 	stopped := false
-	return w, func() {
+	return func() {
 		if stopped {
 			return
 		}

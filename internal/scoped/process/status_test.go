@@ -201,3 +201,15 @@ func TestSandboxProbe(t *testing.T) {
 	}
 	t.Logf("sandbox of this machine: %+v", process.Sandbox())
 }
+
+func TestConfigNetworkRefused(t *testing.T) {
+	t.Parallel()
+	const off = "Process network needs a network namespace, which this machine does not allow: turned off by the runner's configuration"
+	require.Equal(t, off, process.Config{NoNetNS: true}.NetworkRefused())
+	require.Empty(t, process.Config{NoNetNS: true, Network: process.NetworkUnconfined}.NetworkRefused(), "unconfined: such calls run")
+	if process.Sandbox().NetworkNamespace {
+		require.Empty(t, process.Config{}.NetworkRefused())
+	} else {
+		require.Contains(t, process.Config{}.NetworkRefused(), "Process network needs a network namespace, which this machine does not allow: ")
+	}
+}
