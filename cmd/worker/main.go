@@ -44,6 +44,7 @@ see docs/operations.md. The most common:
   CAPSTAN_POOL               pool served (default)
   CAPSTAN_TOOLS              tools hosted (all built-ins)
   CAPSTAN_SHUTDOWN_GRACE     drain time on SIGTERM (30s)
+  CAPSTAN_PROCESS_NETWORK    confined (refuse process network without user namespaces) or unconfined
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

@@ -47,6 +47,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"negative grace", map[string]string{"CAPSTAN_SHUTDOWN_GRACE": "-1s"}, `CAPSTAN_SHUTDOWN_GRACE must not be negative, got -1s`},
 		{"timeout zero", map[string]string{"CAPSTAN_CALL_TIMEOUT": "0s"}, `CAPSTAN_CALL_TIMEOUT must be positive, got 0s`},
 		{"replicas zero", map[string]string{"CAPSTAN_STREAM_REPLICAS": "0"}, `CAPSTAN_STREAM_REPLICAS must be 1 to 5, got 0`},
+		{"process network", map[string]string{"CAPSTAN_PROCESS_NETWORK": "open"}, `CAPSTAN_PROCESS_NETWORK "open" must be confined or unconfined`},
 		{"replicas too many", map[string]string{"CAPSTAN_STREAM_REPLICAS": "7"}, `CAPSTAN_STREAM_REPLICAS must be 1 to 5, got 7`},
 		{"log format", map[string]string{"CAPSTAN_LOG_FORMAT": "xml"}, `CAPSTAN_LOG_FORMAT: "xml" must be text or json`},
 		{"otel exporter", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, `OTEL_TRACES_EXPORTER "zipkin" must be otlp or none`},
