@@ -36,3 +36,9 @@ func NewStatus(p Probes, network NetworkMode) SandboxStatus {
 func V1Dirs(mountinfo io.Reader, procCgroup string) map[string]string {
 	return v1Dirs(mountinfo, procCgroup)
 }
+
+// V2Limits and V1Limits are v2Limits and v1Limits.
+var (
+	V2Limits = v2Limits
+	V1Limits = v1Limits
+)
