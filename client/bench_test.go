@@ -47,7 +47,7 @@ func BenchmarkTurnRawResponder(b *testing.B) {
 }
 
 func benchClient(b *testing.B, url string) *client.Client {
-	c, err := client.New(b.Context(), client.Config{NATSURL: url})
+	c, err := client.New(b.Context(), client.Config{NATSURL: url, NATSCreds: bustest.Creds(url)})
 	if err != nil {
 		b.Fatal(err)
 	}

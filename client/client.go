@@ -52,7 +52,10 @@ const DefaultWait = 70 * time.Second
 type Config struct {
 	// NATSURL lists NATS servers, comma-separated. Required.
 	NATSURL string
-	// NATSCreds is an optional NATS credentials file.
+	// NATSCreds is an optional credentials file: a NATS credentials file (a
+	// user JWT and its seed) or an NKey user seed file such as the
+	// embedded.creds of an embedded server (in its data dir), which
+	// refuses connections without it.
 	NATSCreds string
 	// Prefix is the subject prefix; default "capstan".
 	Prefix string

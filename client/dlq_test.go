@@ -49,7 +49,7 @@ func TestDeadLettersAndRedrive(t *testing.T) {
 	require.NoError(t, err)
 	_, err = leases.Create(ctxT(t), "dead1", []byte("ghost"), 0)
 	require.NoError(t, err)
-	startWorkerWith(t, worker.Config{NATSURL: url, WorkerID: "w1", MaxDeliver: 1})
+	startWorkerWith(t, worker.Config{NATSURL: url, NATSCreds: bustest.Creds(url), WorkerID: "w1", MaxDeliver: 1})
 	c := newClient(t, url, "")
 
 	empty, err := c.DeadLetters(ctxT(t))

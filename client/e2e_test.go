@@ -28,7 +28,7 @@ func startWorker(t testing.TB, url string) {
 	require.NoError(t, err)
 	_, err = kv.Put(ctxT(t), "default", []byte("id: default\n"))
 	require.NoError(t, err)
-	w, err := worker.New(worker.Config{NATSURL: url, WorkerID: "e2e", Logger: quietLog()}, builtin.All()...)
+	w, err := worker.New(worker.Config{NATSURL: url, NATSCreds: bustest.Creds(url), WorkerID: "e2e", Logger: quietLog()}, builtin.All()...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -111,7 +111,7 @@ func (r *responder) call(id string) (protocol.Call, string, int) {
 // newClient connects a client with prefix to url; closed at test end.
 func newClient(t *testing.T, url, prefix string) *client.Client {
 	t.Helper()
-	c, err := client.New(ctxT(t), client.Config{NATSURL: url, Prefix: prefix, Name: t.Name()})
+	c, err := client.New(ctxT(t), client.Config{NATSURL: url, NATSCreds: bustest.Creds(url), Prefix: prefix, Name: t.Name()})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return c

@@ -22,7 +22,7 @@ func TestSubmitStartsAProducerSpan(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t)
 	tp, rec := telemetrytest.Tracing(t)
-	c, err := client.New(ctxT(t), client.Config{NATSURL: url, Name: t.Name(), TracerProvider: tp})
+	c, err := client.New(ctxT(t), client.Config{NATSURL: url, NATSCreds: bustest.Creds(url), Name: t.Name(), TracerProvider: tp})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 

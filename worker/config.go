@@ -23,11 +23,15 @@ import (
 // documented default (docs/operations.md).
 type Config struct {
 	// NATSURL lists NATS servers, comma-separated. Empty starts an embedded
-	// JetStream server on EmbeddedAddr with its store in DataDir.
+	// JetStream server on EmbeddedPort with its store in DataDir; it requires
+	// the credentials it writes to <DataDir>/embedded.creds.
 	NATSURL string
-	// NATSCreds is an optional NATS credentials file.
+	// NATSCreds is an optional credentials file for NATSURL: a NATS
+	// credentials file or an NKey user seed file (such as another worker's
+	// embedded.creds). Not used with an embedded server.
 	NATSCreds string
-	// DataDir is the embedded server's JetStream store; default ./.capstan.
+	// DataDir is the embedded server's JetStream store and credentials file;
+	// default ./.capstan. It is on every personality's file floor.
 	DataDir string
 	// EmbeddedPort is the embedded server's port: 0 = 4222, -1 = random.
 	EmbeddedPort int

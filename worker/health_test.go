@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/scoped/process"
 	"github.com/capstanhq/capstan/internal/tools/echo"
 	"github.com/capstanhq/capstan/worker"
@@ -32,7 +33,7 @@ func readiness(t *testing.T, h http.Handler) (int, worker.Readiness) {
 func TestHealthEndpoints(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w, err := worker.New(worker.Config{NATSURL: e.url, Logger: quietLogger()}, echo.Tool())
+	w, err := worker.New(worker.Config{NATSURL: e.url, NATSCreds: bustest.Creds(e.url), Logger: quietLogger()}, echo.Tool())
 	require.NoError(t, err)
 	h := w.Handler()
 

@@ -64,7 +64,7 @@ func (e *env) start(cfg worker.Config, tools ...tool.Tool) *worker.Worker {
 
 func (e *env) startStoppable(cfg worker.Config, tools ...tool.Tool) (*worker.Worker, func()) {
 	e.t.Helper()
-	cfg.NATSURL = e.url
+	cfg.NATSURL, cfg.NATSCreds = e.url, bustest.Creds(e.url)
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}

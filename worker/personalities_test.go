@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/tools/echo"
 	"github.com/capstanhq/capstan/tool"
@@ -42,7 +43,7 @@ func TestInvalidPersonalityFileStopsTheWorker(t *testing.T) {
 	deny := filepath.Join(dir, "strict.yaml")
 	require.NoError(t, os.WriteFile(deny, []byte("id: strict\nsafety:\n  network:\n    allow: [example.org]\n"), 0o600))
 
-	w, err := worker.New(worker.Config{NATSURL: e.url, PersonalitiesDir: dir, Logger: quietLogger()}, echo.Tool(), fetcher)
+	w, err := worker.New(worker.Config{NATSURL: e.url, NATSCreds: bustest.Creds(e.url), PersonalitiesDir: dir, Logger: quietLogger()}, echo.Tool(), fetcher)
 	require.NoError(t, err)
 	err = w.Run(context.Background())
 	require.Error(t, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/tools/echo"
 	"github.com/capstanhq/capstan/internal/tools/memory"
@@ -139,7 +140,7 @@ func TestAckWaitMustMatchThePool(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(worker.Config{AckWait: 3 * time.Second})
-	w, err := worker.New(worker.Config{NATSURL: e.url, AckWait: 4 * time.Second, Logger: quietLogger()}, echo.Tool())
+	w, err := worker.New(worker.Config{NATSURL: e.url, NATSCreds: bustest.Creds(e.url), AckWait: 4 * time.Second, Logger: quietLogger()}, echo.Tool())
 	require.NoError(t, err)
 	err = w.Run(ctxT(t))
 	require.ErrorContains(t, err, "ack wait is 3s, want 4s (CAPSTAN_ACK_WAIT must be the same on every worker of a pool)")
@@ -150,7 +151,9 @@ func TestKVUnavailableHandsTheCallBack(t *testing.T) {
 	e := newEnv(t)
 	e.start(worker.Config{MaxDeliver: 2}, memory.Tools()...)
 	// The storage bucket disappears under a running worker.
-	nc, err := nats.Connect(e.url)
+	auth, err := nats.NkeyOptionFromSeed(bustest.Creds(e.url))
+	require.NoError(t, err)
+	nc, err := nats.Connect(e.url, auth)
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/internal/telemetry/telemetrytest"
@@ -123,7 +124,7 @@ process: {allow: [echo]}
 		TracerProvider: wtp, MeterProvider: mp,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 	}, lookupTool(), needsPerm, boomTool())
-	c, err := client.New(ctxT(t), client.Config{NATSURL: e.url, Name: t.Name(), TracerProvider: ctp})
+	c, err := client.New(ctxT(t), client.Config{NATSURL: e.url, NATSCreds: bustest.Creds(e.url), Name: t.Name(), TracerProvider: ctp})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return &traced{e: e, c: c, w: w, workerSpans: wrec, clSpans: crec, srv: srv, logs: logs,

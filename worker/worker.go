@@ -157,7 +157,8 @@ func (w *Worker) Ready() <-chan struct{} { return w.ready }
 // ID returns the worker's id.
 func (w *Worker) ID() string { return w.cfg.WorkerID }
 
-// Run connects (starting an embedded server when no NATS URL is set), loads
+// Run connects (starting an embedded server when no NATS URL is set, and then
+// connecting with the credentials it generated instead of NATSCreds), loads
 // personalities, registers the tools, and serves calls until ctx is done; then
 // it drains: stops pulling, waits up to ShutdownGrace for running calls,
 // cancels and hands back the rest, and returns. A start-up problem is returned
@@ -180,19 +181,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer close(vaultDone); w.vault.Run(vaultCtx) }()
 		defer func() { stopVault(); <-vaultDone }()
 	}
-	url := w.cfg.NATSURL
+	url, creds := w.cfg.NATSURL, w.cfg.NATSCreds
 	if url == "" {
+		// The embedded server accepts only the credentials it generated.
 		srv, err := bus.StartServer(bus.ServerConfig{DataDir: w.cfg.DataDir, Port: w.cfg.EmbeddedPort})
 		if err != nil {
 			return err
 		}
 		defer srv.Shutdown()
-		url = srv.ClientURL()
-		w.log.InfoContext(ctx, "started embedded NATS server", "url", url, "data_dir", w.cfg.DataDir)
+		url, creds = srv.ClientURL(), srv.CredsFile()
+		w.log.InfoContext(ctx, "started embedded NATS server", "url", url, "data_dir", w.cfg.DataDir, "creds_file", creds)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: w.cfg.NATSCreds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID, Replicas: w.cfg.StreamReplicas})
+	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: creds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID, Replicas: w.cfg.StreamReplicas})
 	if err != nil {
 		return err
 	}

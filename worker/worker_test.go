@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/tools/echo"
 	"github.com/capstanhq/capstan/tool"
@@ -347,7 +348,7 @@ func TestCatalogAndPoolOwnership(t *testing.T) {
 	require.JSONEq(t, `{}`, string(ce.Capabilities))
 	require.Contains(t, string(ce.Schema), `"sleep_ms"`)
 
-	other, err := worker.New(worker.Config{NATSURL: e.url, Pool: "other", WorkerID: "cat-2", Logger: quietLogger()}, echo.Tool())
+	other, err := worker.New(worker.Config{NATSURL: e.url, NATSCreds: bustest.Creds(e.url), Pool: "other", WorkerID: "cat-2", Logger: quietLogger()}, echo.Tool())
 	require.NoError(t, err)
 	err = other.Run(ctxT(t))
 	require.ErrorContains(t, err, "tool echo is already registered by live worker cat-1 of pool default; a tool name belongs to one pool")
@@ -388,7 +389,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestReducerRegistry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w, err := worker.New(worker.Config{NATSURL: e.url, Logger: quietLogger()}, echo.Tool())
+	w, err := worker.New(worker.Config{NATSURL: e.url, NATSCreds: bustest.Creds(e.url), Logger: quietLogger()}, echo.Tool())
 	require.NoError(t, err)
 	upper := func(r tool.Result, _ json.RawMessage, _ *tool.Context) tool.Result {
 		r.Value = strings.ToUpper(r.Value)

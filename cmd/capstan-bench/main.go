@@ -107,12 +107,12 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 		defer pprof.StopCPUProfile()
 	}
 	if serverProcess {
-		url, stop, err := startServerProcess(ctx, cfg.DataDir, stderr)
+		url, creds, stop, err := startServerProcess(ctx, cfg.DataDir, stderr)
 		if err != nil {
 			return fmt.Errorf("-server-process: %w", err)
 		}
 		defer stop()
-		cfg.ServerURL = url
+		cfg.ServerURL, cfg.ServerCreds = url, creds
 	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
@@ -162,19 +162,19 @@ func writeProfile(name, path string) error {
 }
 
 // startServerProcess runs this program with -serve in a child process and
-// returns the server's URL and a function that stops the child (by closing
-// its stdin) and waits for it. dir "" stores in a temporary directory,
-// removed by stop.
-func startServerProcess(ctx context.Context, dir string, stderr io.Writer) (url string, stop func(), err error) {
+// returns the server's URL, its credentials file and a function that stops
+// the child (by closing its stdin) and waits for it. dir "" stores in a
+// temporary directory, removed by stop.
+func startServerProcess(ctx context.Context, dir string, stderr io.Writer) (url, creds string, stop func(), err error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	cleanup := func() {}
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "capstan-bench-server-")
 		if err != nil {
-			return "", nil, err
+			return "", "", nil, err
 		}
 		dir, cleanup = tmp, func() { _ = os.RemoveAll(tmp) }
 	}
@@ -183,16 +183,16 @@ func startServerProcess(ctx context.Context, dir string, stderr io.Writer) (url 
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		cleanup()
-		return "", nil, err
+		return "", "", nil, err
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		cleanup()
-		return "", nil, err
+		return "", "", nil, err
 	}
 	if err := cmd.Start(); err != nil {
 		cleanup()
-		return "", nil, err
+		return "", "", nil, err
 	}
 	stop = func() {
 		_ = in.Close()
@@ -210,7 +210,7 @@ func startServerProcess(ctx context.Context, dir string, stderr io.Writer) (url 
 	}
 	if !strings.HasPrefix(url, "nats://") {
 		stop()
-		return "", nil, fmt.Errorf("the server process printed no URL within 30s (got %q)", url)
+		return "", "", nil, fmt.Errorf("the server process printed no URL within 30s (got %q)", url)
 	}
-	return url, stop, nil
+	return url, bench.ServeCredsFile(dir), stop, nil
 }

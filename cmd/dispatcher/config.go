@@ -19,8 +19,8 @@ import (
 // nats://127.0.0.1:4222. The help tag feeds the usage text.
 type Config struct {
 	NATSURL            string        `env:"CAPSTAN_NATS_URL" help:"NATS servers, comma-separated; unset = local mode"`
-	NATSCreds          string        `env:"CAPSTAN_NATS_CREDS" help:"NATS credentials file"`
-	DataDir            string        `env:"CAPSTAN_DATA_DIR" envDefault:".capstan" help:"local mode: the embedded server's JetStream store"`
+	NATSCreds          string        `env:"CAPSTAN_NATS_CREDS" help:"credentials file (NATS .creds or NKey seed); unset: <data dir>/embedded.creds for a loopback server"`
+	DataDir            string        `env:"CAPSTAN_DATA_DIR" envDefault:".capstan" help:"embedded server's store and embedded.creds (local mode's, or a local worker's)"`
 	Prefix             string        `env:"CAPSTAN_SUBJECT_PREFIX" envDefault:"capstan" help:"subject prefix"`
 	DefaultPersonality string        `env:"CAPSTAN_DEFAULT_PERSONALITY" envDefault:"default" help:"local mode: personality for calls that name none"`
 	Concurrency        int           `env:"CAPSTAN_CONCURRENCY" envDefault:"64" help:"local mode: calls run at once"`

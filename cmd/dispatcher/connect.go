@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,23 +56,122 @@ func (a *app) setup(ctx context.Context) (c *client.Client, closeFn func(), ok b
 	return c, func() { closeConn(); shutdown() }, true
 }
 
+// connect connects a client. With no CAPSTAN_NATS_URL it probes the probe
+// URL: a server that accepts the connection is used, nothing answering means
+// local mode, and a server that answers but refuses is an error saying what
+// to set. Without CAPSTAN_NATS_CREDS, a connection to the probe URL or to a
+// CAPSTAN_NATS_URL of loopback addresses only uses the embedded server's
+// credentials file in CAPSTAN_DATA_DIR when it exists (embeddedCreds).
 func (a *app) connect(ctx context.Context, cfg Config) (*client.Client, func(), error) {
-	url := cfg.NATSURL
-	if url == "" && bus.Probe(a.probeURL, probeTimeout) {
-		url = a.probeURL
+	url, creds := cfg.NATSURL, cfg.NATSCreds
+	implicit := false
+	if creds == "" && (url == "" || loopbackOnly(url)) {
+		creds = embeddedCreds(cfg.DataDir)
+		implicit = creds != ""
 	}
-	if url != "" {
-		c, err := a.newClient(ctx, cfg, url)
-		if err != nil {
+	if url == "" {
+		err := bus.Probe(a.probeURL, probeTimeout, creds)
+		if implicit && errors.Is(err, bus.ErrNKeyNotSupported) {
+			// A server without authorization, not a worker's embedded
+			// server: the file is left over from an earlier embedded run.
+			creds, implicit = "", false
+			err = bus.Probe(a.probeURL, probeTimeout, "")
+		}
+		switch {
+		case err == nil:
+			url = a.probeURL
+		case errors.Is(err, bus.ErrNoServer):
+			return a.localMode(ctx, cfg)
+		case errors.Is(err, bus.ErrNotAuthorized):
+			return nil, nil, refused(a.probeURL, creds, implicit)
+		default:
 			return nil, nil, err
 		}
-		return c, c.Close, nil
 	}
-	return a.localMode(ctx, cfg)
+	c, err := a.newClient(ctx, cfg, url, creds)
+	if implicit && errors.Is(err, bus.ErrNKeyNotSupported) {
+		creds, implicit = "", false
+		c, err = a.newClient(ctx, cfg, url, "")
+	}
+	if errors.Is(err, bus.ErrNotAuthorized) && cfg.NATSCreds == "" && loopbackOnly(url) {
+		return nil, nil, refused(url, creds, implicit)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, c.Close, nil
 }
 
-func (a *app) newClient(ctx context.Context, cfg Config, url string) (*client.Client, error) {
-	return client.New(ctx, client.Config{NATSURL: url, NATSCreds: cfg.NATSCreds, Prefix: cfg.Prefix, Name: "capstan-dispatcher", StreamReplicas: cfg.StreamReplicas,
+// embeddedCreds returns the credentials file an embedded server storing in
+// dataDir writes, or "" when there is none.
+func embeddedCreds(dataDir string) string {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return ""
+	}
+	f := bus.EmbeddedCredsFile(abs)
+	if fi, err := os.Stat(f); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	return f
+}
+
+// refused is the error for a server at url that answered but refused the
+// connection made with creds ("" for none; implicit when taken from
+// CAPSTAN_DATA_DIR rather than CAPSTAN_NATS_CREDS).
+func refused(url, creds string, implicit bool) error {
+	what := "a connection without credentials"
+	switch {
+	case implicit:
+		what = "the credentials in " + creds + " (CAPSTAN_DATA_DIR's embedded server credentials, from an earlier start or another server)"
+	case creds != "":
+		what = "the credentials in " + creds + " (CAPSTAN_NATS_CREDS)"
+	}
+	return fmt.Errorf("a NATS server answers at %s but refuses %s; set CAPSTAN_NATS_CREDS to its credentials file, "+
+		"or CAPSTAN_DATA_DIR to the data dir of the worker that started it (its %s is used), "+
+		"or CAPSTAN_NATS_URL to another server", redactURL(url), what, bus.CredsFileName)
+}
+
+// loopbackOnly reports whether every server of a comma-separated NATS URL
+// list is a loopback address (127.0.0.0/8, ::1 or localhost).
+func loopbackOnly(urls string) bool {
+	found := false
+	for u := range strings.SplitSeq(urls, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u
+		}
+		p, err := neturl.Parse(u)
+		if err != nil {
+			return false
+		}
+		h := p.Hostname()
+		ip := net.ParseIP(h)
+		if !strings.EqualFold(h, "localhost") && (ip == nil || !ip.IsLoopback()) {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
+// redactURL hides user info in a URL list before it is shown.
+func redactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, u := range parts {
+		if p, err := neturl.Parse(strings.TrimSpace(u)); err == nil && p.User != nil {
+			p.User = nil
+			parts[i] = p.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func (a *app) newClient(ctx context.Context, cfg Config, url, creds string) (*client.Client, error) {
+	return client.New(ctx, client.Config{NATSURL: url, NATSCreds: creds, Prefix: cfg.Prefix, Name: "capstan-dispatcher", StreamReplicas: cfg.StreamReplicas,
 		TracerProvider: a.tel.TracerProvider})
 }
 
@@ -90,7 +191,7 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 	}
 	var seeded string
 	if cfg.PersonalitiesDir == "" {
-		if seeded, err = seedDefaultPersonality(ctx, cfg, srv.ClientURL()); err != nil {
+		if seeded, err = seedDefaultPersonality(ctx, cfg, srv.ClientURL(), srv.CredsFile()); err != nil {
 			srv.Shutdown()
 			return nil, nil, fmt.Errorf("local mode: %w", err)
 		}
@@ -98,6 +199,7 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 	level, _ := cfg.slogLevel() // checked by loadConfig
 	w, err := worker.New(worker.Config{
 		NATSURL:            srv.ClientURL(),
+		NATSCreds:          srv.CredsFile(),
 		DataDir:            dataDir,
 		Prefix:             cfg.Prefix,
 		Concurrency:        cfg.Concurrency,
@@ -145,7 +247,7 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 			cfg.DefaultPersonality, seeded)
 	}
 
-	c, err := a.newClient(ctx, cfg, srv.ClientURL())
+	c, err := a.newClient(ctx, cfg, srv.ClientURL(), srv.CredsFile())
 	if err != nil {
 		stopPool()
 		return nil, nil, err
@@ -180,12 +282,12 @@ func isTerminal(w any) bool {
 // configured default id when none exists yet, and returns the directory it
 // grants ("" when a personality was already there). Local mode calls it only
 // when no CAPSTAN_PERSONALITIES_DIR is configured.
-func seedDefaultPersonality(ctx context.Context, cfg Config, url string) (string, error) {
+func seedDefaultPersonality(ctx context.Context, cfg Config, url, creds string) (string, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
-	conn, err := bus.Connect(ctx, bus.Config{URL: url, Prefix: cfg.Prefix, Name: "capstan-dispatcher-setup"})
+	conn, err := bus.Connect(ctx, bus.Config{URL: url, Creds: creds, Prefix: cfg.Prefix, Name: "capstan-dispatcher-setup"})
 	if err != nil {
 		return "", err
 	}

@@ -14,7 +14,7 @@ import (
 func TestDLQCommands(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t)
-	env := map[string]string{"CAPSTAN_NATS_URL": url}
+	env := map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url)}
 	admin := bustest.Conn(t, url, "")
 
 	code, stdout, stderr := runT(t, env, "", "dlq", "list")

@@ -89,7 +89,7 @@ func TestCallEndToEnd(t *testing.T) {
 	url := bustest.Server(t)
 	putCatalog(t, url, protocol.CatalogEntry{Name: "echo", Pool: "default", Toolset: "debug", Description: "Returns text.\nMore."})
 	resp := startResponder(t, url)
-	env := map[string]string{"CAPSTAN_NATS_URL": url}
+	env := map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url)}
 
 	t.Run("ok value on stdout", func(t *testing.T) {
 		t.Parallel()
@@ -156,7 +156,7 @@ func TestCallWithoutResultReportsMissing(t *testing.T) {
 	url := bustest.Server(t)
 	startResponder(t, url)
 	start := time.Now()
-	code, _, stderr := runT(t, map[string]string{"CAPSTAN_NATS_URL": url}, "", "call", "never", "--timeout", "1ms")
+	code, _, stderr := runT(t, map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url)}, "", "call", "never", "--timeout", "1ms")
 	require.Equal(t, exitFailed, code)
 	require.Equal(t, "execution_failed: Tool result missing: no result before deadline\n", stderr)
 	require.GreaterOrEqual(t, time.Since(start), callWaitSlack, "waits timeout + 5s")
@@ -166,7 +166,7 @@ func TestBatchEndToEnd(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t)
 	resp := startResponder(t, url)
-	env := map[string]string{"CAPSTAN_NATS_URL": url}
+	env := map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url)}
 	dir := t.TempDir()
 	in := filepath.Join(dir, "calls.jsonl")
 	require.NoError(t, os.WriteFile(in, []byte(strings.Join([]string{
@@ -219,7 +219,7 @@ func TestBatchFromStdinAllOK(t *testing.T) {
 	for i := range 50 {
 		in.WriteString(`{"tool":"echo","args":{"text":"n` + string(rune('a'+i%26)) + `"}}` + "\n")
 	}
-	code, stdout, stderr := runT(t, map[string]string{"CAPSTAN_NATS_URL": url}, in.String(), "batch", "-")
+	code, stdout, stderr := runT(t, map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url)}, in.String(), "batch", "-")
 	require.Equal(t, exitOK, code, stderr)
 	results := decodeLines(t, stdout)
 	require.Len(t, results, 50)
@@ -231,7 +231,7 @@ func TestBatchFromStdinAllOK(t *testing.T) {
 func TestToolsCommand(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t)
-	env := map[string]string{"CAPSTAN_NATS_URL": url}
+	env := map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url)}
 	code, stdout, stderr := runT(t, env, "", "tools")
 	require.Equal(t, exitOK, code)
 	require.Equal(t, "NAME  POOL  TOOLSET  DESCRIPTION\n", stdout)
@@ -256,7 +256,7 @@ func TestResultCancelAndProgressCommands(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t)
 	startResponder(t, url)
-	env := map[string]string{"CAPSTAN_NATS_URL": url}
+	env := map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url)}
 
 	code, stdout, _ := runT(t, env, "", "call", "chatty", "--json", "--batch", "pb", "--args", `{"text":"done"}`)
 	require.Equal(t, exitOK, code)
@@ -383,7 +383,7 @@ func TestLocalModeStoresADefaultPersonality(t *testing.T) {
 func TestPersonalityCommands(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t)
-	env := map[string]string{"CAPSTAN_NATS_URL": url}
+	env := map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url)}
 	caps := json.RawMessage(`{"network":{"allowed_hosts":["api.github.com","evil.example"]}}`)
 	putCatalog(t, url,
 		protocol.CatalogEntry{Name: "echo", Pool: "default", Toolset: "debug", Capabilities: json.RawMessage(`{}`)},

@@ -36,7 +36,7 @@ func (l *lockedBuffer) String() string {
 func TestHTTPEndpoints(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t)
-	env := map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_HTTP_ADDR": "127.0.0.1:0", "CAPSTAN_WORKER_ID": "http-1",
+	env := map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url), "CAPSTAN_HTTP_ADDR": "127.0.0.1:0", "CAPSTAN_WORKER_ID": "http-1",
 		"CAPSTAN_LOG_FORMAT": "json", "CAPSTAN_SHUTDOWN_GRACE": "0s"}
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &lockedBuffer{}

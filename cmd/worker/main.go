@@ -38,7 +38,8 @@ const usage = `usage: worker
 Runs a Capstan worker. Everything is configured with environment variables;
 see docs/operations.md. The most common:
 
-  CAPSTAN_NATS_URL           NATS servers (unset: start an embedded server on 127.0.0.1:4222)
+  CAPSTAN_NATS_URL           NATS servers (unset: start an embedded server on 127.0.0.1:4222;
+                             clients authenticate with <CAPSTAN_DATA_DIR>/embedded.creds)
   CAPSTAN_PERSONALITIES_DIR  personality files loaded at start
   CAPSTAN_CONCURRENCY        calls run at once (64)
   CAPSTAN_POOL               pool served (default)

@@ -98,7 +98,7 @@ func TestSIGTERMLosesNoCall(t *testing.T) {
 
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(),
-		"CAPSTAN_NATS_URL="+url, "CAPSTAN_WORKER_ID=term-1", "CAPSTAN_CONCURRENCY=8",
+		"CAPSTAN_NATS_URL="+url, "CAPSTAN_NATS_CREDS="+bustest.Creds(url), "CAPSTAN_WORKER_ID=term-1", "CAPSTAN_CONCURRENCY=8",
 		"CAPSTAN_SHUTDOWN_GRACE=1s", "CAPSTAN_HTTP_ADDR=127.0.0.1:0", "CAPSTAN_LOG_FORMAT=json")
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
@@ -154,7 +154,7 @@ func TestSIGTERMLosesNoCall(t *testing.T) {
 	require.Contains(t, logs.String(), "handing back in-flight calls")
 
 	// A second worker picks up what was handed back.
-	w, err := worker.New(worker.Config{NATSURL: url, WorkerID: "term-2", Logger: nil}, builtin.All()...)
+	w, err := worker.New(worker.Config{NATSURL: url, NATSCreds: bustest.Creds(url), WorkerID: "term-2", Logger: nil}, builtin.All()...)
 	require.NoError(t, err)
 	wctx, wcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

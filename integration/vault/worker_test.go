@@ -75,7 +75,7 @@ func startRig(t *testing.T, maxDeliver int) *workerRig {
 	url := bustest.Server(t)
 	logs := &syncBuffer{}
 	w, err := worker.New(worker.Config{
-		NATSURL: url, PersonalitiesDir: dir, WorkerID: "vault-w1", Concurrency: 4,
+		NATSURL: url, NATSCreds: bustest.Creds(url), PersonalitiesDir: dir, WorkerID: "vault-w1", Concurrency: 4,
 		MaxDeliver: maxDeliver, ShutdownGrace: time.Second,
 		SecretsBackend: worker.SecretsVault,
 		Vault:          worker.VaultConfig{Addr: tv.front.URL(), RoleID: roleID, SecretID: secretID},
@@ -96,7 +96,7 @@ func startRig(t *testing.T, maxDeliver int) *workerRig {
 	case <-time.After(30 * time.Second):
 		t.Fatal("worker not ready in 30s")
 	}
-	c, err := client.New(t.Context(), client.Config{NATSURL: url})
+	c, err := client.New(t.Context(), client.Config{NATSURL: url, NATSCreds: bustest.Creds(url)})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return &workerRig{tv: tv, w: w, c: c, logs: logs, secret: secretID}

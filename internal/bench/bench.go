@@ -81,6 +81,9 @@ type Config struct {
 	// the embedded one in this process (capstan-bench -server-process starts
 	// it in a child process, so that its heap is not this process's).
 	ServerURL string
+	// ServerCreds is the credentials file of ServerURL (the embedded
+	// server's embedded.creds); "" for none.
+	ServerCreds string
 	// Progress receives one line per run; nil is silent.
 	Progress io.Writer
 }
@@ -224,7 +227,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer func() { _ = os.RemoveAll(tmp) }()
 		dir = tmp
 	}
-	e, err := newEnv(ctx, dir, cfg.ServerURL)
+	e, err := newEnv(ctx, dir, cfg.ServerURL, cfg.ServerCreds)
 	if err != nil {
 		return nil, err
 	}

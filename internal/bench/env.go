@@ -44,24 +44,26 @@ budget: {result_chars: 80000}
 // env is the server and the load generator's connection.
 type env struct {
 	url   string
+	creds string      // the server's credentials file
 	srv   *bus.Server // nil when the server is not this process's
 	conn  *bus.Conn
 	names protocol.Names
 }
 
-// newEnv starts the embedded server storing in dir, or uses the one at url.
-func newEnv(ctx context.Context, dir, url string) (*env, error) {
-	e := &env{url: url}
+// newEnv starts the embedded server storing in dir, or uses the one at url
+// with the credentials file creds.
+func newEnv(ctx context.Context, dir, url, creds string) (*env, error) {
+	e := &env{url: url, creds: creds}
 	if url == "" {
 		srv, err := bus.StartServer(bus.ServerConfig{DataDir: dir, Port: -1})
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
-		e.srv, e.url = srv, srv.ClientURL()
+		e.srv, e.url, e.creds = srv, srv.ClientURL(), srv.CredsFile()
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := bus.Connect(cctx, bus.Config{URL: e.url, Name: "capstan-bench load"})
+	conn, err := bus.Connect(cctx, bus.Config{URL: e.url, Creds: e.creds, Name: "capstan-bench load"})
 	if err != nil {
 		if e.srv != nil {
 			e.srv.Shutdown()
@@ -97,7 +99,7 @@ type system struct {
 // start starts the system of s: the raw baseline, or a worker hosting echo.
 func (e *env) start(ctx context.Context, s Scenario) (*system, error) {
 	if s.System == Raw {
-		b, err := bus.StartBaseline(ctx, bus.BaselineConfig{URL: e.url, Pool: rawPool, Concurrency: s.Concurrency})
+		b, err := bus.StartBaseline(ctx, bus.BaselineConfig{URL: e.url, Creds: e.creds, Pool: rawPool, Concurrency: s.Concurrency})
 		if err != nil {
 			return nil, err
 		}
@@ -127,6 +129,7 @@ func (e *env) start(ctx context.Context, s Scenario) (*system, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	w, err := worker.New(worker.Config{
 		NATSURL:        e.url,
+		NATSCreds:      e.creds,
 		Pool:           capstanPool,
 		WorkerID:       "bench-worker",
 		Concurrency:    s.Concurrency,
@@ -211,7 +214,8 @@ func (e *env) measure(ctx context.Context, cfg Config, s Scenario, batch string)
 // Serve runs the embedded server alone, storing in dir, for a benchmark in
 // another process (capstan-bench -server-process): it writes the server's
 // URL as one line to out, then serves until in reaches its end (the parent
-// closed it or died) or ctx ends.
+// closed it or died) or ctx ends. Clients authenticate with the credentials
+// file ServeCredsFile(dir).
 func Serve(ctx context.Context, dir string, in io.Reader, out io.Writer) error {
 	srv, err := bus.StartServer(bus.ServerConfig{DataDir: dir, Port: -1})
 	if err != nil {
@@ -232,3 +236,7 @@ func Serve(ctx context.Context, dir string, in io.Reader, out io.Writer) error {
 	}
 	return nil
 }
+
+// ServeCredsFile returns the credentials file that clients of the server Serve
+// runs storing in dir must use (Config.ServerCreds).
+func ServeCredsFile(dir string) string { return bus.EmbeddedCredsFile(dir) }

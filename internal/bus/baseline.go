@@ -18,6 +18,8 @@ import (
 type BaselineConfig struct {
 	// URL is the NATS server. Required.
 	URL string
+	// Creds is the server's credentials file (see Config.Creds); "" for none.
+	Creds string
 	// Prefix is the subject prefix; default "capstan".
 	Prefix string
 	// Pool is the pool whose calls the baseline answers (its durable
@@ -72,7 +74,15 @@ func StartBaseline(ctx context.Context, cfg BaselineConfig) (*Baseline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("baseline: pool: %w", err)
 	}
-	nc, err := nats.Connect(cfg.URL, nats.Name("capstan-bench raw baseline"))
+	opts := []nats.Option{nats.Name("capstan-bench raw baseline")}
+	if cfg.Creds != "" {
+		opt, err := credsOption(cfg.Creds)
+		if err != nil {
+			return nil, fmt.Errorf("baseline: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("baseline: connect: %w", err)
 	}

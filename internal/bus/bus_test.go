@@ -14,6 +14,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// nkey is the option that authenticates a raw connection to the bustest
+// server at url.
+func nkey(t *testing.T, url string) nats.Option {
+	t.Helper()
+	opt, err := nats.NkeyOptionFromSeed(bustest.Creds(url))
+	require.NoError(t, err)
+	return opt
+}
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -35,7 +44,7 @@ func TestEnsureTopologyIsIdempotent(t *testing.T) {
 func TestIncompatibleStreamIsReportedNotChanged(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t)
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nkey(t, url))
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -43,7 +52,7 @@ func TestIncompatibleStreamIsReportedNotChanged(t *testing.T) {
 	_, err = js.CreateStream(ctxT(t), jetstream.StreamConfig{Name: "CAPSTAN_CALLS", Subjects: []string{"capstan.call.>"}, Retention: jetstream.LimitsPolicy})
 	require.NoError(t, err)
 
-	_, err = bus.Connect(ctxT(t), bus.Config{URL: url})
+	_, err = bus.Connect(ctxT(t), bus.Config{URL: url, Creds: bustest.Creds(url)})
 	var inc *bus.IncompatibleError
 	require.ErrorAs(t, err, &inc)
 	require.Equal(t, "CAPSTAN_CALLS", inc.Name)
@@ -58,14 +67,14 @@ func TestIncompatibleStreamIsReportedNotChanged(t *testing.T) {
 func TestIncompatibleBucketIsReported(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t)
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, nkey(t, url))
 	require.NoError(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	_, err = js.CreateKeyValue(ctxT(t), jetstream.KeyValueConfig{Bucket: "capstan_completions", TTL: time.Hour})
 	require.NoError(t, err)
-	_, err = bus.Connect(ctxT(t), bus.Config{URL: url})
+	_, err = bus.Connect(ctxT(t), bus.Config{URL: url, Creds: bustest.Creds(url)})
 	require.ErrorContains(t, err, "bucket capstan_completions exists with an incompatible configuration: ttl is 1h0m0s, want 24h0m0s")
 }
 

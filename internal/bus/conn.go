@@ -17,7 +17,10 @@ import (
 type Config struct {
 	// URL lists NATS servers, comma-separated. Required.
 	URL string
-	// Creds is an optional NATS credentials file.
+	// Creds is an optional credentials file: a NATS credentials file (a
+	// user JWT and its NKey seed) or an NKey user seed file such as the
+	// embedded.creds an embedded server writes (Server.CredsFile). Which one
+	// is told by its content.
 	Creds string
 	// Name is the connection name shown by the server.
 	Name string
@@ -60,11 +63,15 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		nats.ReconnectWait(500 * time.Millisecond),
 	}
 	if cfg.Creds != "" {
-		opts = append(opts, nats.UserCredentials(cfg.Creds))
+		opt, err := credsOption(cfg.Creds)
+		if err != nil {
+			return nil, fmt.Errorf("bus: %w", err)
+		}
+		opts = append(opts, opt)
 	}
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("bus: connect to %s: %w", redactURL(cfg.URL), err)
+		return nil, fmt.Errorf("bus: connect to %s: %w", redactURL(cfg.URL), classify(err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -79,14 +86,57 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	return c, nil
 }
 
-// Probe reports whether a NATS server answers at url within timeout.
-func Probe(url string, timeout time.Duration) bool {
-	nc, err := nats.Connect(url, nats.Timeout(timeout), nats.NoReconnect(), nats.Name("capstan-probe"))
+// ErrNoServer reports that no NATS server answered (nothing listens, or what
+// listens does not speak NATS).
+var ErrNoServer = errors.New("no NATS server answers")
+
+// ErrNotAuthorized reports that a NATS server answered but refused the
+// connection's credentials, or its lack of them ("Authorization Violation").
+var ErrNotAuthorized = errors.New("the server refused the credentials")
+
+// ErrNKeyNotSupported reports that an NKey seed was offered to a server that
+// does not authenticate NKey users (it sent no nonce), for example a
+// nats-server without authorization: not an embedded server of Capstan.
+var ErrNKeyNotSupported = errors.New("the server does not authenticate NKey users")
+
+// classify wraps the authentication failures of nats.Connect in this
+// package's sentinels, keeping nats.go's error in the chain.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
+		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
+		return fmt.Errorf("%w: %w", ErrNotAuthorized, err)
+	case errors.Is(err, nats.ErrNkeysNotSupported):
+		return fmt.Errorf("%w: %w", ErrNKeyNotSupported, err)
+	}
+	return err
+}
+
+// Probe tries to connect to url within timeout, with the credentials file
+// creds ("" for none), and tells what answered: nil when a server accepted
+// the connection; an error wrapping ErrNotAuthorized when a server answered
+// but refused the credentials (or their absence); one wrapping
+// ErrNKeyNotSupported when creds is an NKey seed and the server does not
+// authenticate NKeys; one naming the file when creds cannot be used; and
+// otherwise one wrapping ErrNoServer.
+func Probe(url string, timeout time.Duration, creds string) error {
+	opts := []nats.Option{nats.Timeout(timeout), nats.NoReconnect(), nats.Name("capstan-probe")}
+	if creds != "" {
+		opt, err := credsOption(creds)
+		if err != nil {
+			return fmt.Errorf("bus: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return false
+		if c := classify(err); c != err {
+			return fmt.Errorf("bus: %s: %w", redactURL(url), c)
+		}
+		return fmt.Errorf("bus: %s: %w: %w", redactURL(url), ErrNoServer, err)
 	}
 	nc.Close()
-	return true
+	return nil
 }
 
 // Names returns the subject, stream and bucket names in use.

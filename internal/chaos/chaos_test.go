@@ -89,8 +89,8 @@ func TestNATSRestartWithCallsInFlight(t *testing.T) {
 	srv := bustest.NewRestartable(t)
 	conn := bustest.Conn(t, srv.URL(), "")
 	putDefaultPersonality(t, conn)
-	startWorker(t, worker.Config{NATSURL: srv.URL(), WorkerID: "restart-1", Concurrency: 32})
-	startWorker(t, worker.Config{NATSURL: srv.URL(), WorkerID: "restart-2", Concurrency: 32})
+	startWorker(t, worker.Config{NATSURL: srv.URL(), NATSCreds: bustest.Creds(srv.URL()), WorkerID: "restart-1", Concurrency: 32})
+	startWorker(t, worker.Config{NATSURL: srv.URL(), NATSCreds: bustest.Creds(srv.URL()), WorkerID: "restart-2", Concurrency: 32})
 
 	const n = 1000
 	ids := make([]string, n)

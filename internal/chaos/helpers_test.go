@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
@@ -106,7 +107,7 @@ func startProc(t *testing.T, url, id string, extra ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(workerBinary(t))
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(),
-		"CAPSTAN_NATS_URL=" + url, "CAPSTAN_WORKER_ID=" + id, "CAPSTAN_ACK_WAIT=" + ackWait.String(),
+		"CAPSTAN_NATS_URL=" + url, "CAPSTAN_NATS_CREDS=" + bustest.Creds(url), "CAPSTAN_WORKER_ID=" + id, "CAPSTAN_ACK_WAIT=" + ackWait.String(),
 		"CAPSTAN_HTTP_ADDR=127.0.0.1:0", "CAPSTAN_LOG_FORMAT=json", "CAPSTAN_LOG_LEVEL=info"}, extra...)
 	p := &proc{cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = io.Discard, p.logs

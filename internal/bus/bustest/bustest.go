@@ -1,17 +1,42 @@
-// Package bustest starts real embedded nats-servers for tests.
+// Package bustest starts real embedded nats-servers for tests. They require
+// authentication exactly as the worker's embedded server does: a client
+// connects with the credentials file Creds(url) returns.
 package bustest
 
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
 )
 
+// creds maps the URL of a running server of this package to its
+// credentials file.
+var creds sync.Map
+
+// register records the credentials file of the server at url until the test
+// ends.
+func register(t testing.TB, url, file string) {
+	creds.Store(url, file)
+	t.Cleanup(func() { creds.CompareAndDelete(url, file) })
+}
+
+// Creds returns the credentials file of the server that Server or
+// NewRestartable started at url, for Config.Creds, worker.Config.NATSCreds,
+// client.Config.NATSCreds or CAPSTAN_NATS_CREDS; "" for any other url (a
+// Cluster requires no credentials).
+func Creds(url string) string {
+	f, _ := creds.Load(url)
+	s, _ := f.(string)
+	return s
+}
+
 // Server starts an embedded JetStream server on a random loopback port with
-// its store in a test temp dir, stopped when the test ends. It returns the URL.
+// its store in a test temp dir, stopped when the test ends. It returns the URL;
+// clients authenticate with Creds(url).
 func Server(t testing.TB) string {
 	t.Helper()
 	s, err := bus.StartServer(bus.ServerConfig{DataDir: t.TempDir(), Port: -1})
@@ -19,15 +44,17 @@ func Server(t testing.TB) string {
 		t.Fatalf("start embedded server: %v", err)
 	}
 	t.Cleanup(s.Shutdown)
+	register(t, s.ClientURL(), s.CredsFile())
 	return s.ClientURL()
 }
 
-// Conn connects to url with prefix and ensures the topology; closed at test end.
+// Conn connects to url with prefix and ensures the topology; closed at test
+// end. It authenticates with Creds(url).
 func Conn(t testing.TB, url, prefix string) *bus.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := bus.Connect(ctx, bus.Config{URL: url, Prefix: prefix, Name: t.Name()})
+	c, err := bus.Connect(ctx, bus.Config{URL: url, Creds: Creds(url), Prefix: prefix, Name: t.Name()})
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -45,12 +72,14 @@ type Restartable struct {
 }
 
 // NewRestartable starts a Restartable server on a free loopback port; it is
-// shut down when the test ends.
+// shut down when the test ends. Its credentials (Creds(r.URL())) stay the
+// same across restarts, so connected clients reconnect.
 func NewRestartable(t testing.TB) *Restartable {
 	t.Helper()
 	r := &Restartable{t: t, dir: t.TempDir(), port: freePorts(t, 1)[0]}
 	r.Start()
 	t.Cleanup(r.Stop)
+	register(t, r.URL(), r.s.CredsFile())
 	return r
 }
 
@@ -63,7 +92,7 @@ func (r *Restartable) Start() {
 	if r.s != nil {
 		return
 	}
-	s, err := bus.StartServer(bus.ServerConfig{DataDir: r.dir, Port: r.port})
+	s, err := bus.StartServer(bus.ServerConfig{DataDir: r.dir, Port: r.port, ReuseCredentials: true})
 	if err != nil {
 		r.t.Fatalf("start embedded server: %v", err)
 	}

@@ -138,6 +138,13 @@ func (c *Cluster) ready() bool {
 	return leader
 }
 
+// FreePort returns a loopback port that was free a moment ago, for a server
+// a test starts itself (for example a worker's embedded server).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	return freePorts(t, 1)[0]
+}
+
 // freePorts returns n distinct free loopback ports.
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
