@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/scoped/process"
 	"github.com/capstanhq/capstan/internal/tools/builtin"
@@ -141,7 +142,7 @@ func TestProcessNetworkRefusedWithoutNamespaces(t *testing.T) {
 	reach := fmt.Sprintf("fs_reach:\n  workdir: %q\n  read: [\"${WORKDIR}\"]\n", dir)
 	e.putPersonality("online", "id: online\n"+reach+"safety:\n  network:\n    allow: [\"example.com\"]\n")
 	e.putPersonality("offline", "id: offline\n"+reach)
-	w, err := worker.New(worker.Config{NATSURL: e.url, Logger: quietLogger()}, builtin.All()...)
+	w, err := worker.New(worker.Config{NATSURL: e.url, NATSCreds: bustest.Creds(e.url), Logger: quietLogger()}, builtin.All()...)
 	require.NoError(t, err)
 	worker.WithoutNetworkNamespaces(w)
 	e.run(w)
