@@ -76,7 +76,8 @@ func (ps *policies) get(id string) (*capability.Personality, error) {
 
 // loadPersonalities validates every *.yaml, *.yml and *.json file of
 // PersonalitiesDir against the hosted tools and stores them in the bucket.
-// Any invalid file stops the worker, naming the file and all its errors.
+// Any invalid file stops the worker, naming the file and all its errors; so
+// does a NATS user that may not write the bucket, saying how to load them.
 func (w *Worker) loadPersonalities(ctx context.Context) error {
 	dir := w.cfg.PersonalitiesDir
 	if dir == "" {
@@ -134,6 +135,14 @@ func (w *Worker) loadPersonalities(ctx context.Context) error {
 	}
 	for _, d := range docs {
 		if _, err := w.kv.personalities.Put(ctx, d.id, d.data); err != nil {
+			if errors.Is(err, bus.ErrPermissionDenied) {
+				// A deployment with least-privilege NATS users (deploy/nats):
+				// only the operator user writes personalities.
+				return fmt.Errorf("CAPSTAN_PERSONALITIES_DIR is set (%s), but this worker's NATS user may not write the %s bucket "+
+					"(storing personality %s: %w): load the personalities as the operator user with "+
+					"\"dispatcher personality put <file or directory>\" and unset CAPSTAN_PERSONALITIES_DIR on the worker",
+					dir, w.names.PersonalitiesBucket(), d.id, err)
+			}
 			return fmt.Errorf("store personality %s from %s: %w", d.id, d.file, err)
 		}
 	}

@@ -447,6 +447,59 @@ func TestPersonalityCommands(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 }
 
+func TestPersonalityPutSeveralFilesAndDirectories(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	env := map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url)}
+	putCatalog(t, url, protocol.CatalogEntry{Name: "gh", Pool: "default", Toolset: "web",
+		Capabilities: json.RawMessage(`{"network":{"allowed_hosts":["api.github.com"]}}`)})
+	dir := t.TempDir()
+	write := func(name, doc string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o700))
+		require.NoError(t, os.WriteFile(p, []byte(doc), 0o600))
+		return p
+	}
+	// A directory: its .yaml, .yml and .json files, in name order, as the
+	// worker reads CAPSTAN_PERSONALITIES_DIR; other files and directories
+	// are skipped.
+	ok := filepath.Join(dir, "ok")
+	write("ok/b.yml", "id: b\ntoolset: [echo]\n")
+	write("ok/a.YAML", "id: a\ntoolset: [echo]\n")
+	write("ok/c.json", `{"id":"c","toolset":["echo"]}`)
+	write("ok/notes.txt", "not a personality")
+	write("ok/sub/d.yaml", "id: d\n")
+	code, stdout, stderr := runT(t, env, "", "personality", "put", ok)
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "stored personality a\nstored personality b\nstored personality c\n", stdout)
+
+	// Several arguments: all are stored, or none when one has a problem.
+	good := write("good.yaml", "id: good\ntoolset: [echo]\n")
+	bad := write("bad.yaml", "id: bad\ntoolset: [gh]\n")
+	code, stdout, stderr = runT(t, env, "", "personality", "put", good, bad)
+	require.Equal(t, exitFailed, code)
+	require.Empty(t, stdout)
+	require.Contains(t, stderr, bad+`: tool gh, network: host "api.github.com" is not in personality network allow list`)
+	require.Contains(t, stderr, "capstan: personality put: nothing stored: "+bad+" not valid\n")
+	dup := write("dup.yaml", "id: a\ntoolset: [echo]\n")
+	code, _, stderr = runT(t, env, "", "personality", "put", ok, dup)
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, stderr, dup+`: id "a" is also defined in `+filepath.Join(ok, "a.YAML"))
+	code, stdout, _ = runT(t, env, "", "personality", "list")
+	require.Equal(t, exitOK, code)
+	require.Equal(t, "a\nb\nc\n", stdout, "nothing of the refused puts was stored")
+
+	code, stdout, stderr = runT(t, env, "", "personality", "put", good, filepath.Join(ok, "b.yml"))
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "stored personality good\nstored personality b\n", stdout)
+
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.Mkdir(empty, 0o700))
+	code, _, stderr = runT(t, env, "", "personality", "put", empty)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "capstan: personality put: "+empty+" holds no .yaml, .yml or .json file\n")
+}
+
 func TestOTELConfigErrorsNameTheVariable(t *testing.T) {
 	t.Parallel()
 	var out, errb bytes.Buffer

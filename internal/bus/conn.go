@@ -41,10 +41,14 @@ type Conn struct {
 	names protocol.Names
 	cfg   Config
 	kvs   kvCache
+	den   *denials
 }
 
 // Connect connects to cfg.URL and ensures streams and buckets exist with
-// compatible configuration (see EnsureTopology).
+// compatible configuration (see EnsureTopology). An operation of the
+// connection that the server refuses for lack of permission fails with an
+// error wrapping ErrPermissionDenied (see PermissionError) as soon as the
+// server says so.
 func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("bus: NATS URL must be set")
@@ -56,8 +60,10 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	cfg.ResultsMaxAge = cmp.Or(cfg.ResultsMaxAge, 24*time.Hour)
 	cfg.Replicas = cmp.Or(cfg.Replicas, 1)
 	cfg.ConnectTimeout = cmp.Or(cfg.ConnectTimeout, 5*time.Second)
+	den := &denials{}
 	opts := []nats.Option{
 		nats.Name(cmp.Or(cfg.Name, "capstan")),
+		nats.ErrorHandler(den.onAsyncError),
 		nats.Timeout(cfg.ConnectTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500 * time.Millisecond),
@@ -78,7 +84,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		nc.Close()
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
 	}
-	c := &Conn{nc: nc, js: js, names: names, cfg: cfg}
+	c := &Conn{nc: nc, js: js, names: names, cfg: cfg, den: den}
 	if err := c.EnsureTopology(ctx); err != nil {
 		nc.Close()
 		return nil, err

@@ -99,35 +99,43 @@ func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int, ac
 		return nil, err
 	}
 	stream := c.names.CallsStream()
-	cons, err := c.js.CreateConsumer(ctx, stream, cfg)
-	if errors.Is(err, jetstream.ErrConsumerExists) {
-		cons, err = c.js.Consumer(ctx, stream, pool)
-		if err != nil {
-			return nil, fmt.Errorf("bus: read consumer %s: %w", pool, err)
+	var cons jetstream.Consumer
+	existing := false
+	err = c.den.guard(ctx, apiConsumer(stream), func(ctx context.Context) (err error) {
+		cons, err = c.js.CreateConsumer(ctx, stream, cfg)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return err
 		}
-		have := cons.CachedInfo().Config
-		var reasons []string
-		if have.FilterSubject != cfg.FilterSubject {
-			reasons = append(reasons, fmt.Sprintf("filter is %q, want %q", have.FilterSubject, cfg.FilterSubject))
+		existing = true
+		if cons, err = c.js.Consumer(ctx, stream, pool); err != nil {
+			return fmt.Errorf("read the existing consumer: %w", err)
 		}
-		if have.AckPolicy != cfg.AckPolicy {
-			reasons = append(reasons, fmt.Sprintf("ack policy is %s, want explicit", have.AckPolicy))
-		}
-		if have.MaxDeliver != cfg.MaxDeliver {
-			reasons = append(reasons, fmt.Sprintf("max deliver is %d, want %d (CAPSTAN_MAX_DELIVER must be the same on every worker of a pool)", have.MaxDeliver, cfg.MaxDeliver))
-		}
-		if have.AckWait != cfg.AckWait {
-			reasons = append(reasons, fmt.Sprintf("ack wait is %s, want %s (CAPSTAN_ACK_WAIT must be the same on every worker of a pool)", have.AckWait, cfg.AckWait))
-		}
-		if len(reasons) > 0 {
-			return nil, &IncompatibleError{Kind: "consumer", Name: stream + "/" + pool, Reasons: reasons}
-		}
-		return &PoolConsumer{cons: cons, name: pool, timing: Timing{AckWait: have.AckWait}}, nil
-	}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: create consumer %s: %w", pool, err)
 	}
-	return &PoolConsumer{cons: cons, name: pool, timing: Timing{AckWait: cfg.AckWait}}, nil
+	if !existing {
+		return &PoolConsumer{cons: cons, name: pool, timing: Timing{AckWait: cfg.AckWait}}, nil
+	}
+	have := cons.CachedInfo().Config
+	var reasons []string
+	if have.FilterSubject != cfg.FilterSubject {
+		reasons = append(reasons, fmt.Sprintf("filter is %q, want %q", have.FilterSubject, cfg.FilterSubject))
+	}
+	if have.AckPolicy != cfg.AckPolicy {
+		reasons = append(reasons, fmt.Sprintf("ack policy is %s, want explicit", have.AckPolicy))
+	}
+	if have.MaxDeliver != cfg.MaxDeliver {
+		reasons = append(reasons, fmt.Sprintf("max deliver is %d, want %d (CAPSTAN_MAX_DELIVER must be the same on every worker of a pool)", have.MaxDeliver, cfg.MaxDeliver))
+	}
+	if have.AckWait != cfg.AckWait {
+		reasons = append(reasons, fmt.Sprintf("ack wait is %s, want %s (CAPSTAN_ACK_WAIT must be the same on every worker of a pool)", have.AckWait, cfg.AckWait))
+	}
+	if len(reasons) > 0 {
+		return nil, &IncompatibleError{Kind: "consumer", Name: stream + "/" + pool, Reasons: reasons}
+	}
+	return &PoolConsumer{cons: cons, name: pool, timing: Timing{AckWait: have.AckWait}}, nil
 }
 
 // Fetch pulls at most n calls and passes each to fn as soon as it arrives,

@@ -30,8 +30,9 @@ type Entry struct {
 
 // KV is one of Capstan's buckets.
 type KV struct {
-	kv jetstream.KeyValue
-	js jetstream.JetStream // for UpdateTTL, which KeyValue cannot express
+	kv  jetstream.KeyValue
+	js  jetstream.JetStream // for UpdateTTL, which KeyValue cannot express
+	den *denials
 }
 
 type kvCache struct {
@@ -47,21 +48,39 @@ func (c *Conn) KV(ctx context.Context, b Bucket) (*KV, error) {
 		return kv, nil
 	}
 	name := c.bucketConfig(b).Bucket
-	h, err := c.js.KeyValue(ctx, name)
+	var h jetstream.KeyValue
+	err := c.den.guard(ctx, []string{apiStreamInfo(kvStream(name))}, func(ctx context.Context) (err error) {
+		h, err = c.js.KeyValue(ctx, name)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: bucket %s: %w", name, err)
 	}
 	if c.kvs.buckets == nil {
 		c.kvs.buckets = make(map[Bucket]*KV)
 	}
-	kv := &KV{kv: h, js: c.js}
+	kv := &KV{kv: h, js: c.js, den: c.den}
 	c.kvs.buckets[b] = kv
 	return kv, nil
 }
 
+// write runs op, a write of key, so that the server's refusal of the write
+// (a publish permissions violation on $KV.<bucket>.<key>) ends it at once with
+// a *PermissionError.
+func (k *KV) write(ctx context.Context, key string, op func(context.Context) error) error {
+	return k.den.guard(ctx, []string{kvSubject(k.kv.Bucket(), key)}, op)
+}
+
 // Get returns the value of key; found is false when it has none.
 func (k *KV) Get(ctx context.Context, key string) (e Entry, found bool, err error) {
-	v, err := k.kv.Get(ctx, key)
+	var v jetstream.KeyValueEntry
+	b := k.kv.Bucket()
+	// A direct get names the key in its subject; a plain message get does not.
+	read := []string{"$JS.API.DIRECT.GET." + kvStream(b) + "." + kvSubject(b, key), "$JS.API.STREAM.MSG.GET." + kvStream(b)}
+	err = k.den.guard(ctx, read, func(ctx context.Context) (err error) {
+		v, err = k.kv.Get(ctx, key)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return Entry{}, false, nil
 	}
@@ -73,7 +92,11 @@ func (k *KV) Get(ctx context.Context, key string) (e Entry, found bool, err erro
 
 // Put sets key to value.
 func (k *KV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
-	rev, err := k.kv.Put(ctx, key, value)
+	var rev uint64
+	err := k.write(ctx, key, func(ctx context.Context) (err error) {
+		rev, err = k.kv.Put(ctx, key, value)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("bus: put %s/%s: %w", k.kv.Bucket(), key, err)
 	}
@@ -87,7 +110,11 @@ func (k *KV) Create(ctx context.Context, key string, value []byte, ttl time.Dura
 	if ttl > 0 {
 		opts = append(opts, jetstream.KeyTTL(ttl))
 	}
-	rev, err := k.kv.Create(ctx, key, value, opts...)
+	var rev uint64
+	err := k.write(ctx, key, func(ctx context.Context) (err error) {
+		rev, err = k.kv.Create(ctx, key, value, opts...)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, ErrKeyExists
 	}
@@ -99,7 +126,11 @@ func (k *KV) Create(ctx context.Context, key string, value []byte, ttl time.Dura
 
 // Update sets key only if its latest revision is rev; ErrConflict otherwise.
 func (k *KV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	n, err := k.kv.Update(ctx, key, value, rev)
+	var n uint64
+	err := k.write(ctx, key, func(ctx context.Context) (err error) {
+		n, err = k.kv.Update(ctx, key, value, rev)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyExists) || wrongLastSeq(err) {
 		return 0, ErrConflict
 	}
@@ -112,7 +143,9 @@ func (k *KV) Update(ctx context.Context, key string, value []byte, rev uint64) (
 // DeleteRev removes key only if its latest revision is still rev; it returns
 // ErrConflict otherwise (someone else wrote the key since, or it expired).
 func (k *KV) DeleteRev(ctx context.Context, key string, rev uint64) error {
-	err := k.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	err := k.write(ctx, key, func(ctx context.Context) error {
+		return k.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	})
 	switch {
 	case err == nil, errors.Is(err, jetstream.ErrKeyNotFound):
 		return nil
@@ -139,7 +172,8 @@ func wrongLastSeq(err error) bool {
 
 // Delete removes key (a no-op when it has no value).
 func (k *KV) Delete(ctx context.Context, key string) error {
-	if err := k.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	err := k.write(ctx, key, func(ctx context.Context) error { return k.kv.Delete(ctx, key) })
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("bus: delete %s/%s: %w", k.kv.Bucket(), key, err)
 	}
 	return nil
@@ -147,7 +181,11 @@ func (k *KV) Delete(ctx context.Context, key string) error {
 
 // Keys lists the keys that have a value.
 func (k *KV) Keys(ctx context.Context) ([]string, error) {
-	keys, err := k.kv.Keys(ctx)
+	var keys []string
+	err := k.den.guard(ctx, apiConsumer(kvStream(k.kv.Bucket())), func(ctx context.Context) (err error) {
+		keys, err = k.kv.Keys(ctx)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, nil
 	}

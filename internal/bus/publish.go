@@ -36,13 +36,19 @@ func (h Header) Clone() Header {
 
 // Publish publishes to a JetStream stream and waits for the ack. A non-empty
 // msgID sets Nats-Msg-Id; duplicate reports that the stream had already seen it.
+// A subject the connection's user may not publish to fails with
+// ErrPermissionDenied.
 func (c *Conn) Publish(ctx context.Context, subject string, data []byte, hdr Header, msgID string) (duplicate bool, err error) {
 	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header(hdr.Clone())}
 	var opts []jetstream.PublishOpt
 	if msgID != "" {
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
-	ack, err := c.js.PublishMsg(ctx, m, opts...)
+	var ack *jetstream.PubAck
+	err = c.den.guard(ctx, []string{subject}, func(ctx context.Context) (err error) {
+		ack, err = c.js.PublishMsg(ctx, m, opts...)
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("bus: publish %s: %w", subject, err)
 	}

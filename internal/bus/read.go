@@ -63,11 +63,11 @@ var ErrNotFound = errors.New("message not found")
 
 // LastMsg returns the last message on subject (which may hold wildcards) in stream.
 func (c *Conn) LastMsg(ctx context.Context, stream, subject string) (*Msg, error) {
-	s, err := c.js.Stream(ctx, stream)
-	if err != nil {
-		return nil, fmt.Errorf("bus: stream %s: %w", stream, err)
-	}
-	raw, err := s.GetLastMsgForSubject(ctx, subject)
+	var raw *jetstream.RawStreamMsg
+	err := c.readStream(ctx, stream, func(ctx context.Context, s jetstream.Stream) (err error) {
+		raw, err = s.GetLastMsgForSubject(ctx, subject)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, ErrNotFound
 	}
@@ -80,11 +80,11 @@ func (c *Conn) LastMsg(ctx context.Context, stream, subject string) (*Msg, error
 // FirstMsg returns the first stored message on subject (which may hold
 // wildcards) in stream.
 func (c *Conn) FirstMsg(ctx context.Context, stream, subject string) (*Msg, error) {
-	s, err := c.js.Stream(ctx, stream)
-	if err != nil {
-		return nil, fmt.Errorf("bus: stream %s: %w", stream, err)
-	}
-	raw, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	var raw *jetstream.RawStreamMsg
+	err := c.readStream(ctx, stream, func(ctx context.Context, s jetstream.Stream) (err error) {
+		raw, err = s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+		return err
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, ErrNotFound
 	}
@@ -96,11 +96,11 @@ func (c *Conn) FirstMsg(ctx context.Context, stream, subject string) (*Msg, erro
 
 // GetMsg returns the message with sequence seq in stream.
 func (c *Conn) GetMsg(ctx context.Context, stream string, seq uint64) (*Msg, error) {
-	s, err := c.js.Stream(ctx, stream)
-	if err != nil {
-		return nil, fmt.Errorf("bus: stream %s: %w", stream, err)
-	}
-	raw, err := s.GetMsg(ctx, seq)
+	var raw *jetstream.RawStreamMsg
+	err := c.readStream(ctx, stream, func(ctx context.Context, s jetstream.Stream) (err error) {
+		raw, err = s.GetMsg(ctx, seq)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, ErrNotFound
 	}
@@ -110,13 +110,28 @@ func (c *Conn) GetMsg(ctx context.Context, stream string, seq uint64) (*Msg, err
 	return &Msg{Subject: raw.Subject, Header: Header(raw.Header), Data: raw.Data, StreamSeq: raw.Sequence, Time: raw.Time}, nil
 }
 
+// readStream runs read on a handle of stream, guarded against the server's
+// refusal of the stream info and message reads.
+func (c *Conn) readStream(ctx context.Context, stream string, read func(context.Context, jetstream.Stream) error) error {
+	return c.den.guard(ctx, append(apiStreamRead(stream), apiStreamInfo(stream)), func(ctx context.Context) error {
+		s, err := c.js.Stream(ctx, stream)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", stream, err)
+		}
+		return read(ctx, s)
+	})
+}
+
 // DeleteMsg removes the message with sequence seq from stream (no-op if gone).
 func (c *Conn) DeleteMsg(ctx context.Context, stream string, seq uint64) error {
-	s, err := c.js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("bus: stream %s: %w", stream, err)
-	}
-	if err := s.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	err := c.den.guard(ctx, []string{apiStreamInfo(stream), apiStreamMsgDelete(stream)}, func(ctx context.Context) error {
+		s, err := c.js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		return s.DeleteMsg(ctx, seq)
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("bus: delete message %d of %s: %w", seq, stream, err)
 	}
 	return nil
@@ -126,19 +141,31 @@ func (c *Conn) DeleteMsg(ctx context.Context, stream string, seq uint64) error {
 // wildcards), oldest first. It reads them with an ordered consumer and stops
 // at the last one stored when it starts; ctx bounds the read.
 func (c *Conn) Messages(ctx context.Context, stream, filter string) ([]*Msg, error) {
-	cons, err := c.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	var out []*Msg
+	err := c.den.guard(ctx, apiConsumer(stream), func(ctx context.Context) (err error) {
+		out, err = c.messages(ctx, stream, filter)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: read %s %s: %w", stream, filter, err)
 	}
+	return out, nil
+}
+
+func (c *Conn) messages(ctx context.Context, stream, filter string) ([]*Msg, error) {
+	cons, err := c.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return nil, err
+	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("bus: read %s %s: %w", stream, filter, err)
+		return nil, err
 	}
 	var out []*Msg
 	for remaining := info.NumPending; remaining > 0; {
 		batch, err := cons.Fetch(int(min(remaining, 256)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return nil, fmt.Errorf("bus: read %s %s: %w", stream, filter, err)
+			return nil, err
 		}
 		got := 0
 		for m := range batch.Messages() {
@@ -151,7 +178,7 @@ func (c *Conn) Messages(ctx context.Context, stream, filter string) ([]*Msg, err
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, fmt.Errorf("bus: read %s %s: %w", stream, filter, err)
+			return nil, err
 		}
 		if got == 0 {
 			break // purged or expired meanwhile
@@ -160,7 +187,7 @@ func (c *Conn) Messages(ctx context.Context, stream, filter string) ([]*Msg, err
 			remaining -= min(remaining, uint64(got))
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("bus: read %s %s: %w", stream, filter, ctx.Err())
+			return nil, ctx.Err()
 		}
 	}
 	return out, nil
@@ -168,11 +195,14 @@ func (c *Conn) Messages(ctx context.Context, stream, filter string) ([]*Msg, err
 
 // PurgeSubject removes every message on subject from stream.
 func (c *Conn) PurgeSubject(ctx context.Context, stream, subject string) error {
-	s, err := c.js.Stream(ctx, stream)
+	err := c.den.guard(ctx, []string{apiStreamInfo(stream), apiStreamPurge(stream)}, func(ctx context.Context) error {
+		s, err := c.js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		return s.Purge(ctx, jetstream.WithPurgeSubject(subject))
+	})
 	if err != nil {
-		return fmt.Errorf("bus: stream %s: %w", stream, err)
-	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
 		return fmt.Errorf("bus: purge %s of %s: %w", subject, stream, err)
 	}
 	return nil
@@ -180,15 +210,23 @@ func (c *Conn) PurgeSubject(ctx context.Context, stream, subject string) error {
 
 // StreamMsgs returns how many messages stream holds.
 func (c *Conn) StreamMsgs(ctx context.Context, stream string) (uint64, error) {
-	s, err := c.js.Stream(ctx, stream)
+	var n uint64
+	err := c.den.guard(ctx, []string{apiStreamInfo(stream)}, func(ctx context.Context) error {
+		s, err := c.js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		n = info.State.Msgs
+		return nil
+	})
 	if err != nil {
 		return 0, fmt.Errorf("bus: stream %s: %w", stream, err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("bus: stream %s: %w", stream, err)
-	}
-	return info.State.Msgs, nil
+	return n, nil
 }
 
 // MaxDeliveries is a JetStream advisory: a call reached the consumer's MaxDeliver.
@@ -212,7 +250,11 @@ func (c *Conn) AbandonedConsumer(ctx context.Context, pool string) (*PoolConsume
 		AckWait:       DefaultAckWait,
 		MaxDeliver:    -1,
 	}
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.advisoriesStream(), cfg)
+	var cons jetstream.Consumer
+	err := c.den.guard(ctx, apiConsumer(c.advisoriesStream()), func(ctx context.Context) (err error) {
+		cons, err = c.js.CreateOrUpdateConsumer(ctx, c.advisoriesStream(), cfg)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: abandoned-calls consumer %s: %w", pool, err)
 	}

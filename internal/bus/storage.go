@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -26,9 +27,21 @@ func (k *KV) EntriesWithPrefix(ctx context.Context, prefix string) ([]Entry, err
 	if !validTokens(prefix) {
 		return nil, fmt.Errorf("bus: list %s: invalid key prefix %q: want whole tokens without wildcards", k.kv.Bucket(), prefix)
 	}
-	w, err := k.kv.WatchFiltered(ctx, []string{prefix + ".>"}, jetstream.IgnoreDeletes())
+	var out []Entry
+	err := k.den.guard(ctx, apiConsumer(kvStream(k.kv.Bucket())), func(ctx context.Context) (err error) {
+		out, err = k.entriesWithPrefix(ctx, prefix)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: list %s/%s.>: %w", k.kv.Bucket(), prefix, err)
+	}
+	return out, nil
+}
+
+func (k *KV) entriesWithPrefix(ctx context.Context, prefix string) ([]Entry, error) {
+	w, err := k.kv.WatchFiltered(ctx, []string{prefix + ".>"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
 	}
 	defer stopWatcher(w)
 	var out []Entry
@@ -36,10 +49,10 @@ func (k *KV) EntriesWithPrefix(ctx context.Context, prefix string) ([]Entry, err
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("bus: list %s/%s.>: %w", k.kv.Bucket(), prefix, context.Cause(ctx))
+			return nil, context.Cause(ctx)
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("bus: list %s/%s.>: watcher closed before the listing completed", k.kv.Bucket(), prefix)
+				return nil, errors.New("watcher closed before the listing completed")
 			}
 			if e == nil { // every value present at the start has been seen
 				return out, nil
@@ -94,7 +107,7 @@ func (k *KV) Purge(ctx context.Context, key string, rev uint64, markerTTL time.D
 	if markerTTL > 0 {
 		opts = append(opts, jetstream.PurgeTTL(markerTTL))
 	}
-	err := k.kv.Purge(ctx, key, opts...)
+	err := k.write(ctx, key, func(ctx context.Context) error { return k.kv.Purge(ctx, key, opts...) })
 	if err == nil {
 		return nil
 	}
@@ -119,7 +132,11 @@ func (k *KV) UpdateTTL(ctx context.Context, key string, value []byte, rev uint64
 	if ttl > 0 {
 		opts = append(opts, jetstream.WithMsgTTL(ttl))
 	}
-	ack, err := k.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + k.kv.Bucket() + "." + key, Data: value}, opts...)
+	var ack *jetstream.PubAck
+	err := k.write(ctx, key, func(ctx context.Context) (err error) {
+		ack, err = k.js.PublishMsg(ctx, &nats.Msg{Subject: kvSubject(k.kv.Bucket(), key), Data: value}, opts...)
+		return err
+	})
 	if wrongLastSeq(err) {
 		return 0, ErrConflict
 	}

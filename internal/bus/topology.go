@@ -164,18 +164,27 @@ func (c *Conn) EnsureTopology(ctx context.Context) error {
 }
 
 func (c *Conn) ensureStream(ctx context.Context, want jetstream.StreamConfig) error {
-	_, err := c.js.CreateStream(ctx, want)
-	if err == nil {
+	var have *jetstream.StreamConfig // set when the stream exists already
+	err := c.den.guard(ctx, []string{apiStreamCreate(want.Name), apiStreamInfo(want.Name)}, func(ctx context.Context) error {
+		_, err := c.js.CreateStream(ctx, want)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		s, err := c.js.Stream(ctx, want.Name)
+		if err != nil {
+			return fmt.Errorf("read the existing stream: %w", err)
+		}
+		cfg := s.CachedInfo().Config
+		have = &cfg
 		return nil
-	}
-	if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	})
+	if err != nil {
 		return fmt.Errorf("bus: create stream %s: %w", want.Name, err)
 	}
-	s, err := c.js.Stream(ctx, want.Name)
-	if err != nil {
-		return fmt.Errorf("bus: read stream %s: %w", want.Name, err)
+	if have == nil {
+		return nil
 	}
-	if reasons := streamDiff(s.CachedInfo().Config, want); len(reasons) > 0 {
+	if reasons := streamDiff(*have, want); len(reasons) > 0 {
 		return &IncompatibleError{Kind: "stream", Name: want.Name, Reasons: reasons}
 	}
 	return nil
@@ -204,20 +213,27 @@ func streamDiff(have, want jetstream.StreamConfig) []string {
 }
 
 func (c *Conn) ensureBucket(ctx context.Context, want jetstream.KeyValueConfig) error {
-	_, err := c.js.CreateKeyValue(ctx, want)
-	if err == nil {
+	var st jetstream.KeyValueStatus // set when the bucket exists already
+	stream := kvStream(want.Bucket)
+	err := c.den.guard(ctx, []string{apiStreamCreate(stream), apiStreamInfo(stream)}, func(ctx context.Context) error {
+		_, err := c.js.CreateKeyValue(ctx, want)
+		if !errors.Is(err, jetstream.ErrBucketExists) && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		kv, err := c.js.KeyValue(ctx, want.Bucket)
+		if err != nil {
+			return fmt.Errorf("read the existing bucket: %w", err)
+		}
+		if st, err = kv.Status(ctx); err != nil {
+			return fmt.Errorf("read the existing bucket: %w", err)
+		}
 		return nil
-	}
-	if !errors.Is(err, jetstream.ErrBucketExists) && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+	})
+	if err != nil {
 		return fmt.Errorf("bus: create bucket %s: %w", want.Bucket, err)
 	}
-	kv, err := c.js.KeyValue(ctx, want.Bucket)
-	if err != nil {
-		return fmt.Errorf("bus: read bucket %s: %w", want.Bucket, err)
-	}
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return fmt.Errorf("bus: read bucket %s: %w", want.Bucket, err)
+	if st == nil {
+		return nil
 	}
 	var reasons []string
 	if st.TTL() != want.TTL {
