@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -141,16 +140,4 @@ func restrictSelf(rs int) error {
 		return fmt.Errorf("landlock_restrict_self: %w", err)
 	}
 	return nil
-}
-
-// kind reports whether p is a directory; ok is false when p does not exist.
-func kind(p string) (dir, ok bool, err error) {
-	fi, err := os.Stat(p)
-	switch {
-	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
-		return false, false, nil
-	case err != nil:
-		return false, false, fmt.Errorf("stat %s: %w", p, err)
-	}
-	return fi.IsDir(), true, nil
 }
