@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -154,6 +153,27 @@ func (c *cgroup) kill() error {
 	return nil
 }
 
+// waitUnpopulated waits (up to cgroupRemoveTimeout) until no process is
+// left in the cgroup or below.
+func (c *cgroup) waitUnpopulated() error {
+	deadline := time.Now().Add(cgroupRemoveTimeout)
+	pause := 100 * time.Microsecond
+	for {
+		populated, err := c.populated()
+		if err != nil {
+			return err
+		}
+		if !populated {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process: cgroup %s still has processes %s after they were killed", c.dir, cgroupRemoveTimeout)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
 // remove kills what is left in the cgroup, waits (up to
 // cgroupRemoveTimeout) until it is empty, and removes it.
 func (c *cgroup) remove() error {
@@ -194,6 +214,14 @@ type callCgroup struct {
 	v2    *cgroup
 	v2ctl []string          // ceilings enforced by v2
 	v1    map[string]string // controller -> per-call v1 directory
+	// baseMemory and basePids are the oom_kill and pids "max" counters
+	// when the call took the cgroups (they are reused: cgpool.go).
+	baseMemory, basePids int64
+	key                  string // its pool key
+	// spent is set once cgroup.kill was written: this kernel then kills
+	// every process later cloned into the cgroup (its kill sequence no
+	// longer matches), so it is never reused.
+	spent bool
 }
 
 // newCallCgroup creates the cgroups of one Run under the probed parents
@@ -231,6 +259,8 @@ func newCallCgroup(parent string, c ceilings, l capability.ProcessLimits) (*call
 			return nil, err
 		}
 	}
+	cc.key = poolKey(parent, c, l)
+	cc.baseMemory, cc.basePids = cc.counters()
 	return cc, nil
 }
 
@@ -245,9 +275,14 @@ func (cc *callCgroup) v1Dirs() []string {
 	return out
 }
 
-// kill sends SIGKILL to every process of the call.
+// kill sends SIGKILL to every process of the call. An empty cgroup v2 is
+// left alone (see spent).
 func (cc *callCgroup) kill() error {
 	if cc.v2 != nil {
+		if populated, err := cc.v2.populated(); err == nil && !populated {
+			return nil
+		}
+		cc.spent = true
 		return cc.v2.kill()
 	}
 	for _, dir := range cc.v1 {
@@ -256,24 +291,12 @@ func (cc *callCgroup) kill() error {
 	return nil
 }
 
-// hits reports which ceilings the call's processes reached: the memory
-// ceiling killed one of them, or the pids ceiling refused a fork.
+// hits reports which ceilings the call's processes reached since the call
+// took the cgroups: the memory ceiling killed one of them, or the pids
+// ceiling refused a fork.
 func (cc *callCgroup) hits() (memory, pids bool) {
-	if cc.v2 != nil {
-		if slices.Contains(cc.v2ctl, "memory") {
-			memory = eventCount(filepath.Join(cc.v2.dir, "memory.events"), "oom_kill") > 0
-		}
-		if slices.Contains(cc.v2ctl, "pids") {
-			pids = eventCount(filepath.Join(cc.v2.dir, "pids.events"), "max") > 0
-		}
-	}
-	if d := cc.v1["memory"]; d != "" {
-		memory = memory || eventCount(filepath.Join(d, "memory.oom_control"), "oom_kill") > 0
-	}
-	if d := cc.v1["pids"]; d != "" {
-		pids = pids || eventCount(filepath.Join(d, "pids.events"), "max") > 0
-	}
-	return memory, pids
+	m, p := cc.counters()
+	return m > cc.baseMemory, p > cc.basePids
 }
 
 // remove kills what is left and removes every cgroup of the call.

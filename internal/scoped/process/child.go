@@ -194,10 +194,10 @@ func (r *Runner) start(ctx context.Context, path, dir, tmp string, mode launcher
 	argv := append([]string{cmd.Binary}, cmd.Args...)
 	env := r.environ(cmd.Env, tmp, mode == launcher.NetProxy)
 	if r.cgroup != "" || len(r.ceil.v1) > 0 {
-		if ch.cg, err = newCallCgroup(r.cgroup, r.ceil, r.limits); err != nil {
+		if ch.cg, err = acquireCgroup(r.cgroup, r.ceil, r.limits); err != nil {
 			return nil, err
 		}
-		cleanup = append(cleanup, func() { r.removeCgroup(ctx, ch.cg) })
+		cleanup = append(cleanup, func() { r.releaseCgroup(ctx, ch.cg) })
 	}
 	pipe := func(what string) (rd, wr *os.File, err error) {
 		rd, wr, err = os.Pipe()
@@ -405,7 +405,7 @@ func (ch *Child) wait() (*tool.ProcessResult, error) {
 		if pids {
 			res.LimitsHit = append(res.LimitsHit, fmt.Sprintf("pids limit %d reached", r.limits.Pids))
 		}
-		r.removeCgroup(ch.ctx, ch.cg)
+		r.releaseCgroup(ch.ctx, ch.cg)
 	}
 	r.removeTmp(ch.ctx, ch.tmp)
 	if ch.killed.Load() {

@@ -308,10 +308,11 @@ func (r *Runner) removeTmp(ctx context.Context, tmp string) {
 	}
 }
 
-// removeCgroup removes the call's cgroup, logging a failure (Run's result
-// does not depend on it).
-func (r *Runner) removeCgroup(ctx context.Context, cg *callCgroup) {
-	if err := cg.remove(); err != nil {
+// releaseCgroup empties the call's cgroups and returns them to the pool
+// (or removes them), logging a failure (Run's result does not depend on
+// it).
+func (r *Runner) releaseCgroup(ctx context.Context, cg *callCgroup) {
+	if err := releaseCgroup(cg, cg.key); err != nil {
 		r.log.WarnContext(ctx, "process cgroup not removed", "error", err)
 	}
 }
