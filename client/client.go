@@ -64,6 +64,18 @@ type Config struct {
 	// DefaultWait is how long ExecuteParallel waits for a call without
 	// timeout_ms (a call with one waits timeout_ms + 10s); default 70s.
 	DefaultWait time.Duration
+	// InboxPrefix replaces "_INBOX" as the prefix of the reply subjects of
+	// the client's requests: a tenant whose NATS user may subscribe only to
+	// its own inbox subjects (deploy/nats/auth.conf) sets the prefix its
+	// user allows, e.g. "_INBOX_researcher". Default "_INBOX".
+	InboxPrefix string
+	// Personality is the personality this client acts under (protocol
+	// version 2 puts it into the subjects, so NATS permissions decide which
+	// personalities a user may call; security.md section 3): Submit puts it
+	// into calls that name none, and Await, Result, Cancel and Progress read
+	// and cancel that personality's calls. Default "default"; WithPersonality
+	// gives a view of the same client under another personality.
+	Personality string
 	// StreamReplicas is the replica count of the streams and buckets the
 	// client creates when no worker has yet; default 1. Existing ones are
 	// left as they are.
@@ -78,6 +90,7 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.Prefix = cmp.Or(c.Prefix, protocol.DefaultPrefix)
 	c.Name = cmp.Or(c.Name, "capstan-client")
+	c.Personality = cmp.Or(c.Personality, DefaultPersonality)
 	c.DefaultWait = cmp.Or(c.DefaultWait, DefaultWait)
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
@@ -93,6 +106,9 @@ func (c Config) validate() error {
 	if err := protocol.CheckToken("Config.Prefix", c.Prefix); err != nil {
 		errs = append(errs, err)
 	}
+	if err := protocol.CheckToken("Config.Personality", c.Personality); err != nil {
+		errs = append(errs, err)
+	}
 	if c.StreamReplicas < 0 || c.StreamReplicas > 5 {
 		errs = append(errs, fmt.Errorf("Config.StreamReplicas must be 1 to 5, got %d", c.StreamReplicas))
 	}
@@ -102,9 +118,21 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// Client publishes calls and reads results. It is safe for concurrent use.
-// Create it with New and release it with Close.
+// DefaultPersonality is the personality of a Client whose Config names none.
+const DefaultPersonality = "default"
+
+// Client publishes calls and reads results under one personality
+// (Config.Personality). It is safe for concurrent use. Create it with New and
+// release it with Close.
 type Client struct {
+	*core
+	// personality is the personality of this view (see WithPersonality).
+	personality string
+}
+
+// core is what the views of one client share: the connection and the
+// catalog.
+type core struct {
 	cfg    Config
 	conn   *bus.Conn
 	names  protocol.Names
@@ -127,11 +155,13 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	conn, err := bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, Creds: cfg.NATSCreds, Name: cfg.Name, Prefix: cfg.Prefix, Replicas: cfg.StreamReplicas})
+	conn, err := bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, Creds: cfg.NATSCreds, Name: cfg.Name, Prefix: cfg.Prefix, Replicas: cfg.StreamReplicas,
+		InboxPrefix: cfg.InboxPrefix})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	c := &Client{cfg: cfg, conn: conn, names: conn.Names(), tracer: telemetry.Tracer(cfg.TracerProvider), catalog: make(map[string]CatalogEntry)}
+	c := &Client{core: &core{cfg: cfg, conn: conn, names: conn.Names(), tracer: telemetry.Tracer(cfg.TracerProvider), catalog: make(map[string]CatalogEntry)},
+		personality: cfg.Personality}
 	if err := c.watchCatalog(ctx); err != nil {
 		conn.Close()
 		return nil, err
@@ -219,6 +249,20 @@ func (c *Client) route(tool string) (pool string, unknown bool) {
 	}
 	return protocol.DefaultPool, false
 }
+
+// WithPersonality returns a view of c acting under personality id: it shares
+// c's connection and catalog (Close on any view closes them for all), and
+// its Submit, Await, Result, Cancel and Progress use id. An id that is not a
+// valid token is an error.
+func (c *Client) WithPersonality(id string) (*Client, error) {
+	if err := protocol.CheckToken("personality", id); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return &Client{core: c.core, personality: id}, nil
+}
+
+// PersonalityID returns the personality this client (or view) acts under.
+func (c *Client) PersonalityID() string { return c.personality }
 
 // Prefix returns the subject prefix the client uses.
 func (c *Client) Prefix() string { return c.names.Prefix() }

@@ -35,9 +35,9 @@ func TestSubmitFillsCallIDAndPublishesToDefaultPool(t *testing.T) {
 	require.NoError(t, c.Submit(ctxT(t), &call))
 	require.True(t, protocol.ValidToken(call.CallID), "call_id %q", call.CallID)
 
-	m, err := bustest.Conn(t, url, "").LastMsg(ctxT(t), "CAPSTAN_CALLS", "capstan.call.default.mystery")
+	m, err := bustest.Conn(t, url, "").LastMsg(ctxT(t), "CAPSTAN_CALLS", "capstan.call.default.default.mystery")
 	require.NoError(t, err)
-	require.Equal(t, "1", m.Header.Get(protocol.HeaderProtocol))
+	require.Equal(t, "2", m.Header.Get(protocol.HeaderProtocol))
 	require.Equal(t, call.CallID, m.Header.Get(protocol.HeaderMsgID))
 	got, err := protocol.DecodeCall(m.Data)
 	require.NoError(t, err)
@@ -72,7 +72,7 @@ func TestSubmitRefusesUnknownToolOnlyWhenDefaultPoolIsKnown(t *testing.T) {
 			if !tc.refused {
 				require.NoError(t, err)
 				require.NoError(t, lastErr)
-				_, err = admin.LastMsg(ctxT(t), admin.Names().CallsStream(), prefix+".call.default.mystery")
+				_, err = admin.LastMsg(ctxT(t), admin.Names().CallsStream(), prefix+".call.default.default.mystery")
 				require.NoError(t, err)
 				return
 			}
@@ -103,7 +103,7 @@ func TestSubmitPublishesKnownToolToItsPool(t *testing.T) {
 	require.True(t, r.OK)
 	require.Equal(t, "drawn", r.Value)
 	_, subject, n := gpu.call(call.CallID)
-	require.Equal(t, "capstan.call.gpu.render", subject)
+	require.Equal(t, "capstan.call.gpu.default.render", subject)
 	require.Equal(t, 1, n)
 }
 
@@ -153,7 +153,7 @@ func TestAwaitAndResult(t *testing.T) {
 	stored := protocol.Result{CallID: "c1", BatchID: "b1", Tool: "echo", OK: true, Value: "early"}
 	data, err := json.Marshal(stored)
 	require.NoError(t, err)
-	_, err = admin.Publish(ctxT(t), "capstan.result.b1.c1", data, nil, protocol.ResultMsgID("c1"))
+	_, err = admin.Publish(ctxT(t), "capstan.result.default.b1.c1", data, nil, protocol.ResultMsgID("c1"))
 	require.NoError(t, err)
 	r, err := c.Await(ctxT(t), "b1", "c1")
 	require.NoError(t, err)
@@ -316,7 +316,7 @@ func TestCancelPublishesOnTheCancelSubject(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var msgs []got
-	sub, err := admin.Subscribe("capstan.cancel.*", "", func(subject string, hdr bus.Header, data []byte) {
+	sub, err := admin.Subscribe("capstan.cancel.>", "", func(subject string, hdr bus.Header, data []byte) {
 		mu.Lock()
 		msgs = append(msgs, got{subject, hdr.Get(protocol.HeaderProtocol), string(data)})
 		mu.Unlock()
@@ -329,8 +329,8 @@ func TestCancelPublishesOnTheCancelSubject(t *testing.T) {
 	require.NoError(t, c.Cancel(ctxT(t), "c2", ""))
 	require.ErrorContains(t, c.Cancel(ctxT(t), "c.*", ""), "call_id")
 	eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(msgs) == 2 }, "two cancel requests")
-	require.Equal(t, got{"capstan.cancel.c1", "1", `{"reason":"user pressed stop"}`}, msgs[0])
-	require.Equal(t, got{"capstan.cancel.c2", "1", ""}, msgs[1])
+	require.Equal(t, got{"capstan.cancel.default.c1", "2", `{"reason":"user pressed stop"}`}, msgs[0])
+	require.Equal(t, got{"capstan.cancel.default.c2", "2", ""}, msgs[1])
 }
 
 func TestProgressFiltersByAudience(t *testing.T) {
@@ -343,7 +343,7 @@ func TestProgressFiltersByAudience(t *testing.T) {
 		p := protocol.Progress{Type: protocol.ProgressType, CallID: call, BatchID: batch, ToolName: "echo", Message: string(a), Audience: a, Seq: seq, Time: time.Now()}
 		data, err := json.Marshal(p)
 		require.NoError(t, err)
-		subject, err := admin.Names().ProgressSubject(a, batch, call)
+		subject, err := admin.Names().ProgressSubject(a, "default", batch, call)
 		require.NoError(t, err)
 		_, err = admin.Publish(ctxT(t), subject, data, nil, "")
 		require.NoError(t, err)
@@ -437,7 +437,7 @@ func TestCollectReturnsStoredResultOfSuppliedCallID(t *testing.T) {
 	// so only the stored result can answer.
 	stored, err := json.Marshal(protocol.Result{CallID: "fixed", BatchID: "old", Tool: "echo", OK: true, Value: "earlier"})
 	require.NoError(t, err)
-	_, err = conn.Publish(ctxT(t), "capstan.result.old.fixed", stored, nil, "")
+	_, err = conn.Publish(ctxT(t), "capstan.result.default.old.fixed", stored, nil, "")
 	require.NoError(t, err)
 	c := newClient(t, url, "")
 	res := c.Collect(ctxT(t), []client.Call{{CallID: "fixed", BatchID: "new", Tool: "echo", SessionID: "s", Args: json.RawMessage(`{}`)}}, 5*time.Second, nil)

@@ -22,8 +22,11 @@ const WaitSlack = 10 * time.Second
 const (
 	// publishParallelism bounds the publishes in flight in one Collect.
 	publishParallelism = 64
-	// filtersPerTail bounds the batch filters of one results consumer.
-	filtersPerTail = 100
+	// filtersPerTail bounds the filters of one results consumer: one, so
+	// that the consumer-create request's subject carries the filter and a
+	// tenant's NATS permissions can bind it to its personality's results
+	// (security.md section 3; deploy/nats/auth.conf).
+	filtersPerTail = 1
 )
 
 // Turn describes one LLM turn for ExecuteParallel. The zero value is usable.
@@ -110,9 +113,9 @@ func (c *Client) Collect(ctx context.Context, calls []Call, wait time.Duration, 
 		}
 		outs[i] = out
 		waiting[calls[i].CallID] = append(waiting[calls[i].CallID], i)
-		if b := calls[i].EffectiveBatchID(); !seenBatch[b] {
+		if b := calls[i].PersonalityID + "." + calls[i].EffectiveBatchID(); !seenBatch[b] {
 			seenBatch[b] = true
-			f, _ := c.names.BatchResultsFilter(b) // b was checked by prepare
+			f, _ := c.names.BatchResultsFilter(calls[i].PersonalityID, calls[i].EffectiveBatchID()) // checked by prepare
 			filters = append(filters, f)
 		}
 		toPublish = append(toPublish, i)
@@ -158,7 +161,7 @@ func (c *Client) Collect(ctx context.Context, calls []Call, wait time.Duration, 
 					// call_id is the idempotency key: a call answered before
 					// (perhaps in another batch, perhaps before a server
 					// restart erased the de-duplication window) is not run again.
-					if r, found, err := c.Result(ctx, calls[i].CallID); err == nil && found {
+					if r, found, err := c.result(ctx, calls[i].PersonalityID, calls[i].CallID); err == nil && found {
 						send(event{callID: calls[i].CallID, res: r})
 						continue
 					}
@@ -169,7 +172,7 @@ func (c *Client) Collect(ctx context.Context, calls []Call, wait time.Duration, 
 					send(event{idx: i, res: protocol.Failure(&calls[i], protocol.CodeExecutionFailed, err.Error())})
 				case dup:
 					// Submitted before, maybe in another batch: follow that result.
-					if err := c.tailResults(ctx, tails, []string{callResultFilter(c.names, calls[i].CallID)}, send); err != nil && ctx.Err() == nil {
+					if err := c.tailResults(ctx, tails, []string{callResultFilter(c.names, calls[i].PersonalityID, calls[i].CallID)}, send); err != nil && ctx.Err() == nil {
 						send(event{idx: i, res: protocol.Failure(&calls[i], protocol.CodeExecutionFailed, err.Error())})
 					}
 				}
@@ -261,9 +264,10 @@ func (c *Client) tailResults(ctx context.Context, tails *tailSet, filters []stri
 	return nil
 }
 
-// callResultFilter is <p>.result.*.<call> for a call_id prepare has checked.
-func callResultFilter(n protocol.Names, callID string) string {
-	f, _ := n.CallResultFilter(callID)
+// callResultFilter is <p>.result.<personality>.*.<call> for a call prepare
+// has checked.
+func callResultFilter(n protocol.Names, personality, callID string) string {
+	f, _ := n.CallResultFilter(personality, callID)
 	return f
 }
 

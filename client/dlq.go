@@ -102,7 +102,8 @@ func (c *Client) Redrive(ctx context.Context, callID string) (string, error) {
 		return "", fmt.Errorf("client: redrive %s: %w", callID, ErrNoDeadLetter)
 	}
 	d := letters[len(letters)-1]
-	if _, _, err := c.names.ParseCallSubject(d.OriginalSubject); err != nil {
+	tokens, err := c.names.ParseCallSubject(d.OriginalSubject)
+	if err != nil {
 		return "", fmt.Errorf("client: redrive %s: the dead letter's original subject: %w", callID, err)
 	}
 	call, err := protocol.DecodeCall(d.Body)
@@ -122,7 +123,9 @@ func (c *Client) Redrive(ctx context.Context, callID string) (string, error) {
 	if !protocol.ValidToken(batch) {
 		batch = callID
 	}
-	resultSubject, err := c.names.ResultSubject(batch, callID)
+	// The result goes to the original subject's personality (the
+	// subject decides, not the body).
+	resultSubject, err := c.names.ResultSubject(tokens.Personality, batch, callID)
 	if err != nil {
 		return "", fmt.Errorf("client: redrive %s: %w", callID, err)
 	}

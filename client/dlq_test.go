@@ -72,9 +72,9 @@ func TestDeadLettersAndRedrive(t *testing.T) {
 	require.Equal(t, "dead1", d.CallID)
 	require.Equal(t, "call lease held by another worker", d.Reason)
 	require.Equal(t, 1, d.Deliveries)
-	require.Equal(t, "capstan.call.default.echo", d.OriginalSubject)
+	require.Equal(t, "capstan.call.default.default.echo", d.OriginalSubject)
 	require.WithinDuration(t, time.Now(), d.DeadAt, time.Minute)
-	require.JSONEq(t, `{"call_id":"dead1","batch_id":"b1","tool":"echo","session_id":"s","args":{"text":"again"}}`, string(d.Body))
+	require.JSONEq(t, `{"call_id":"dead1","batch_id":"b1","tool":"echo","session_id":"s","personality_id":"default","args":{"text":"again"}}`, string(d.Body))
 
 	_, err = c.Redrive(ctxT(t), "nosuch")
 	require.ErrorIs(t, err, client.ErrNoDeadLetter)
@@ -86,7 +86,7 @@ func TestDeadLettersAndRedrive(t *testing.T) {
 	require.NoError(t, leases.Delete(ctxT(t), "dead1"))
 	subject, err := c.Redrive(ctxT(t), "dead1")
 	require.NoError(t, err)
-	require.Equal(t, "capstan.call.default.echo", subject)
+	require.Equal(t, "capstan.call.default.default.echo", subject)
 	require.Eventually(t, func() bool {
 		r, found, err := c.Result(ctxT(t), "dead1")
 		return err == nil && found && r.Error == "Tool echo is not permitted for this personality"

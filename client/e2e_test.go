@@ -69,10 +69,10 @@ func TestExecuteParallelThousandCallsThroughARealWorker(t *testing.T) {
 	var mu sync.Mutex
 	count := 0
 	doneCh := make(chan struct{})
-	stop, err := conn.Tail(ctxT(t), "CAPSTAN_RESULTS", []string{"capstan.result.big.>", "capstan.result.end.marker"}, bus.FromStart, func(m *bus.Msg) {
+	stop, err := conn.Tail(ctxT(t), "CAPSTAN_RESULTS", []string{"capstan.result.default.big.>", "capstan.result.end.end.marker"}, bus.FromStart, func(m *bus.Msg) {
 		mu.Lock()
 		defer mu.Unlock()
-		if m.Subject == "capstan.result.end.marker" {
+		if m.Subject == "capstan.result.end.end.marker" {
 			close(doneCh)
 			return
 		}
@@ -84,7 +84,7 @@ func TestExecuteParallelThousandCallsThroughARealWorker(t *testing.T) {
 		m, err := conn.StreamMsgs(ctxT(t), "CAPSTAN_CALLS")
 		return err == nil && m == 0
 	}, time.Minute, 20*time.Millisecond)
-	_, err = conn.Publish(ctxT(t), "capstan.result.end.marker", []byte("x"), nil, "")
+	_, err = conn.Publish(ctxT(t), "capstan.result.end.end.marker", []byte("x"), nil, "")
 	require.NoError(t, err)
 	<-doneCh
 	mu.Lock()

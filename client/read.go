@@ -19,7 +19,7 @@ func (c *Client) Await(ctx context.Context, batchID, callID string) (Result, err
 	if err := protocol.CheckToken("call_id", callID); err != nil {
 		return Result{}, fmt.Errorf("client: await: %w", err)
 	}
-	subject, err := c.names.ResultSubject(cmp.Or(batchID, callID), callID)
+	subject, err := c.names.ResultSubject(c.personality, cmp.Or(batchID, callID), callID)
 	if err != nil {
 		return Result{}, fmt.Errorf("client: await: %w", err)
 	}
@@ -42,16 +42,24 @@ func (c *Client) Await(ctx context.Context, batchID, callID string) (Result, err
 	}
 }
 
-// Result returns the stored result of call callID in any batch: the first
-// one, as everywhere (at-least-once delivery may store a duplicate); found is
-// false when there is none (not finished, never submitted, or expired from
-// the results stream).
+// Result returns the stored result of call callID of the client's
+// personality, in any batch (the last one stored, should at-least-once
+// delivery ever have stored two); found is false when there is none (not
+// finished, never submitted, another personality's call, or expired from the
+// results stream).
 func (c *Client) Result(ctx context.Context, callID string) (r Result, found bool, err error) {
-	filter, err := c.names.CallResultFilter(callID)
+	return c.result(ctx, c.personality, callID)
+}
+
+// result reads the stored result of a call of personality with a direct get
+// whose request subject names the result subject, so a tenant's NATS
+// permissions can bind it to its personality.
+func (c *Client) result(ctx context.Context, personality, callID string) (r Result, found bool, err error) {
+	filter, err := c.names.CallResultFilter(personality, callID)
 	if err != nil {
 		return Result{}, false, fmt.Errorf("client: result: %w", err)
 	}
-	m, err := c.conn.FirstMsg(ctx, c.names.ResultsStream(), filter)
+	m, err := c.conn.DirectLast(ctx, c.names.ResultsStream(), filter)
 	if errors.Is(err, bus.ErrNotFound) {
 		return Result{}, false, nil
 	}
@@ -79,7 +87,7 @@ func decodeResult(data []byte) (Result, error) {
 // reason is empty). Cancel returns once the server has received the request;
 // it cannot tell whether the call existed or had already finished.
 func (c *Client) Cancel(ctx context.Context, callID, reason string) error {
-	subject, err := c.names.CancelSubject(callID)
+	subject, err := c.names.CancelSubject(c.personality, callID)
 	if err != nil {
 		return fmt.Errorf("client: cancel: %w", err)
 	}
@@ -107,7 +115,7 @@ func (c *Client) Cancel(ctx context.Context, callID, reason string) error {
 // a subject token, a subscriber to one audience never receives another's
 // events. Events that are not valid JSON are skipped.
 func (c *Client) Progress(ctx context.Context, audience protocol.Audience, batchID string, fromStart bool, fn func(Progress)) (stop func(), err error) {
-	filter, err := c.names.ProgressTail(audience, batchID)
+	filter, err := c.names.ProgressTail(audience, c.personality, batchID)
 	if err != nil {
 		return nil, fmt.Errorf("client: progress: %w", err)
 	}

@@ -60,6 +60,10 @@ func (r *responder) handle(ctx context.Context, m *bus.Msg) {
 	if err != nil {
 		return
 	}
+	// Version 2: the subject's personality token decides.
+	if tokens, err := r.conn.Names().ParseCallSubject(m.Subject); err == nil {
+		call.PersonalityID = tokens.Personality
+	}
 	r.mu.Lock()
 	r.calls[call.CallID] = call
 	r.subjects[call.CallID] = m.Subject
@@ -92,7 +96,7 @@ func (r *responder) handle(ctx context.Context, m *bus.Msg) {
 }
 
 func (r *responder) publish(ctx context.Context, call *protocol.Call, res protocol.Result, msgID string) {
-	subject, err := r.conn.Names().ResultSubject(call.EffectiveBatchID(), call.CallID)
+	subject, err := r.conn.Names().ResultSubject(call.PersonalityID, call.EffectiveBatchID(), call.CallID)
 	if err != nil {
 		return
 	}

@@ -64,6 +64,9 @@ func (c *Client) prepare(call *Call) (outgoing, error) {
 	if call.Args == nil {
 		call.Args = json.RawMessage("{}")
 	}
+	if call.PersonalityID == "" {
+		call.PersonalityID = c.personality
+	}
 	data, err := protocol.EncodeCall(call)
 	if err != nil {
 		return outgoing{}, refuse(call, protocol.CodeInputInvalid, "invalid call: "+err.Error())
@@ -75,7 +78,7 @@ func (c *Client) prepare(call *Call) (outgoing, error) {
 	if unknown {
 		return outgoing{}, refuse(call, protocol.CodeNotAvailable, "Unknown tool: "+call.Tool)
 	}
-	subject, err := c.names.CallSubject(pool, call.Tool)
+	subject, err := c.names.CallSubject(pool, call.PersonalityID, call.Tool)
 	if err != nil {
 		return outgoing{}, fmt.Errorf("client: tool catalog routes %s to an invalid pool: %w", call.Tool, err)
 	}

@@ -40,7 +40,7 @@ func TestSubmitStartsAProducerSpan(t *testing.T) {
 
 	var producer sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
-		if s.Name() == "send capstan.call.default.echo" {
+		if s.Name() == "send capstan.call.default.default.echo" {
 			producer = s
 		}
 	}
@@ -54,12 +54,12 @@ func TestSubmitStartsAProducerSpan(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{
 		"messaging.system": "nats", "messaging.operation.type": "send", "messaging.operation.name": "send",
-		"messaging.destination.name": "capstan.call.default.echo", "messaging.message.id": "c1",
+		"messaging.destination.name": "capstan.call.default.default.echo", "messaging.message.id": "c1",
 		"messaging.message.body.size": attrs["messaging.message.body.size"],
 		"gen_ai.tool.name":            "echo", "gen_ai.tool.call.id": "c1", "capstan.batch.id": "b1",
 	}, attrs)
 
-	msg, err := bustest.Conn(t, url, "").LastMsg(ctxT(t), "CAPSTAN_CALLS", "capstan.call.default.echo")
+	msg, err := bustest.Conn(t, url, "").LastMsg(ctxT(t), "CAPSTAN_CALLS", "capstan.call.default.default.echo")
 	require.NoError(t, err)
 	sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), msg.Header))
 	require.True(t, sc.IsValid(), "traceparent header: %v", msg.Header)

@@ -59,22 +59,31 @@ func (w *Worker) handle(m *bus.Msg) {
 		}
 	}()
 
-	_, subjectTool, subjErr := w.names.ParseCallSubject(m.Subject)
+	tokens, subjErr := w.names.ParseCallSubject(m.Subject)
 	call, err := protocol.DecodeCall(m.Data)
 	if subjErr != nil {
-		w.rejectMalformed(cctx, m, "", nil, subjErr)
+		w.rejectMalformed(cctx, m, protocol.CallTokens{}, nil, subjErr)
 		return
 	}
-	if err == nil && call.Tool != subjectTool {
+	if err == nil && call.Tool != tokens.Tool {
 		err = &protocol.DecodeError{CallID: call.CallID, BatchID: call.BatchID, Field: "tool",
-			Reason: fmt.Sprintf("%q does not match the subject's tool %q", call.Tool, subjectTool)}
+			Reason: fmt.Sprintf("%q does not match the subject's tool %q", call.Tool, tokens.Tool)}
 	}
 	if err != nil {
 		de, _ := protocol.AsDecodeError(err)
-		w.rejectMalformed(cctx, m, subjectTool, de, err)
+		w.rejectMalformed(cctx, m, tokens, de, err)
 		return
 	}
+	// The subject's personality decides (security.md section 3): NATS
+	// permissions bind subjects, never bodies.
+	bodyPersonality := call.PersonalityID
+	call.PersonalityID = tokens.Personality
 	cs.decoded(&call)
+	if bodyPersonality != "" && bodyPersonality != tokens.Personality {
+		w.finish(cctx, m, &call, refuse(&call, protocol.DecisionPersonality, protocol.CodeInputInvalid,
+			protocol.PersonalityMismatch(bodyPersonality, tokens.Personality)))
+		return
+	}
 	if v := m.Header.Get(protocol.HeaderProtocol); v != "" && v != protocol.Version {
 		// A newer client: answer rather than guess at its fields.
 		w.finish(cctx, m, &call, refuse(&call, protocol.DecisionDecode, protocol.CodeInputInvalid,
@@ -95,7 +104,7 @@ func (w *Worker) handle(m *bus.Msg) {
 		return
 	}
 
-	r := &running{seq: m.StreamSeq}
+	r := &running{seq: m.StreamSeq, personality: call.PersonalityID}
 	if ok, seq := w.inflight.add(call.CallID, r); !ok {
 		if seq != m.StreamSeq {
 			// Another copy of a call this worker is running: look again
@@ -168,7 +177,7 @@ func (w *Worker) answered(call *protocol.Call, deliveries uint64) (bool, error) 
 	if done || deliveries <= 1 {
 		return done, nil
 	}
-	subject, err := w.names.ResultSubject(resultBatch(call.EffectiveBatchID(), call.CallID), call.CallID)
+	subject, err := w.names.ResultSubject(call.PersonalityID, resultBatch(call.EffectiveBatchID(), call.CallID), call.CallID)
 	if err != nil {
 		return false, err
 	}
@@ -245,7 +254,7 @@ func (w *Worker) finish(ctx context.Context, m *bus.Msg, call *protocol.Call, o 
 func (w *Worker) publish(ctx context.Context, m *bus.Msg, call *protocol.Call, o *outcome) error {
 	o.result.WorkerID = w.cfg.WorkerID
 	o.result.Deliveries = int(m.Deliveries)
-	return w.publishResult(ctx, call.CallID, o.result, m.Header)
+	return w.publishResult(ctx, call.PersonalityID, call.CallID, o.result, m.Header)
 }
 
 // completed records completion of a call whose result is out, acks it,
@@ -277,12 +286,12 @@ func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call,
 }
 
 // publishResult publishes a call's result in a producer span ("send
-// <p>.result.{batch_id}.{call_id}", a child of ctx's span) whose context the
+// <p>.result.{personality}.{batch_id}.{call_id}", a child of ctx's span) whose context the
 // result's traceparent carries.
-func (w *Worker) publishResult(ctx context.Context, callID string, res protocol.Result, callHeader bus.Header) (err error) {
+func (w *Worker) publishResult(ctx context.Context, personality, callID string, res protocol.Result, callHeader bus.Header) (err error) {
 	batch := resultBatch(res.BatchID, callID)
 	res.BatchID = batch
-	subject, err := w.names.ResultSubject(batch, callID)
+	subject, err := w.names.ResultSubject(personality, batch, callID)
 	if err != nil {
 		return err
 	}

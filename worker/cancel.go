@@ -38,10 +38,13 @@ func cancelReason(data []byte) string {
 // before the call's context exists is kept and applied when it is created.
 type running struct {
 	// seq is the stream sequence of the message being run.
-	seq     uint64
-	mu      sync.Mutex
-	cancelf context.CancelCauseFunc
-	pending error
+	seq uint64
+	// personality is the call's personality: a cancel request applies only
+	// to a call of the personality its subject names.
+	personality string
+	mu          sync.Mutex
+	cancelf     context.CancelCauseFunc
+	pending     error
 }
 
 // setCancel installs the call's cancel function, applying an earlier request.
@@ -98,10 +101,12 @@ func (f *inflight) remove(id string) {
 	delete(f.calls, id)
 }
 
-func (f *inflight) cancel(id string, cause error) bool {
+// cancel cancels the running call id if it is of the given personality.
+func (f *inflight) cancel(personality, id string, cause error) bool {
 	f.mu.Lock()
 	r, ok := f.calls[id]
 	f.mu.Unlock()
+	ok = ok && r.personality == personality
 	if ok {
 		r.cancel(cause)
 	}
@@ -124,7 +129,7 @@ type cancelRecord struct {
 // starts) and cancels the call if this worker runs it. Every worker receives
 // every cancel request.
 func (w *Worker) onCancel(subject string, _ bus.Header, data []byte) {
-	id, err := w.names.ParseCancelSubject(subject)
+	personality, id, err := w.names.ParseCancelSubject(subject)
 	if err != nil {
 		return
 	}
@@ -132,15 +137,19 @@ func (w *Worker) onCancel(subject string, _ bus.Header, data []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	rec, _ := json.Marshal(cancelRecord{Reason: reason, At: time.Now().UTC()})
-	if _, err := w.kv.cancels.Put(ctx, id, rec); err != nil {
-		w.log.WarnContext(ctx, "cannot record cancel request", "call_id", id, "error", err)
+	if _, err := w.kv.cancels.Put(ctx, cancelKey(personality, id), rec); err != nil {
+		w.log.WarnContext(ctx, "cannot record cancel request", "call_id", id, "personality", personality, "error", err)
 	}
-	w.inflight.cancel(id, &cancelError{reason: reason})
+	w.inflight.cancel(personality, id, &cancelError{reason: reason})
 }
 
+// cancelKey is the cancels bucket's key of a call: <personality>.<call>, so
+// a cancel request names the personality it applies to.
+func cancelKey(personality, id string) string { return personality + "." + id }
+
 // cancelled returns the recorded cancel reason of a call, if any.
-func (w *Worker) cancelled(ctx context.Context, id string) (string, bool, error) {
-	e, found, err := w.kv.cancels.Get(ctx, id)
+func (w *Worker) cancelled(ctx context.Context, call *protocol.Call) (string, bool, error) {
+	e, found, err := w.kv.cancels.Get(ctx, cancelKey(call.PersonalityID, call.CallID))
 	if err != nil || !found {
 		return "", false, err
 	}

@@ -38,6 +38,9 @@ type workerRecord struct {
 	Pool    string    `json:"pool"`
 	Tools   []string  `json:"tools"`
 	Started time.Time `json:"started"`
+	// Protocol is the wire protocol version the worker speaks; a component
+	// migrating streams of version 1 waits for workers without it to go.
+	Protocol string `json:"protocol"`
 }
 
 // register announces the worker and publishes every hosted tool to the
@@ -48,7 +51,7 @@ func (w *Worker) register(ctx context.Context) error {
 	for i, h := range w.order {
 		names[i] = h.Name
 	}
-	rec, _ := json.Marshal(workerRecord{ID: w.cfg.WorkerID, Pool: w.cfg.Pool, Tools: names, Started: time.Now().UTC()})
+	rec, _ := json.Marshal(workerRecord{ID: w.cfg.WorkerID, Pool: w.cfg.Pool, Tools: names, Started: time.Now().UTC(), Protocol: protocol.Version})
 	for _, h := range w.order {
 		if err := w.checkPool(ctx, h.Name); err != nil {
 			return err

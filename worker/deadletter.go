@@ -19,7 +19,8 @@ const invalidToolToken = "_invalid"
 // rejectMalformed dead-letters a call that cannot be decoded (or whose
 // subject is malformed) and, when its call_id is readable, answers it with
 // input_invalid naming the bad field.
-func (w *Worker) rejectMalformed(ctx context.Context, m *bus.Msg, subjectTool string, de *protocol.DecodeError, cause error) {
+func (w *Worker) rejectMalformed(ctx context.Context, m *bus.Msg, tokens protocol.CallTokens, de *protocol.DecodeError, cause error) {
+	subjectTool := tokens.Tool
 	toolTok := subjectTool
 	if !protocol.ValidToken(toolTok) {
 		toolTok = invalidToolToken
@@ -33,7 +34,7 @@ func (w *Worker) rejectMalformed(ctx context.Context, m *bus.Msg, subjectTool st
 		setOutcome(ctx, "retry")
 		return
 	}
-	bad := protocol.Call{CallID: callID, Tool: subjectTool}
+	bad := protocol.Call{CallID: callID, Tool: subjectTool, PersonalityID: tokens.Personality}
 	if de != nil && !de.Undecodable() && subjectTool != "" {
 		bad.BatchID = de.BatchID
 		w.finish(ctx, m, &bad, refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()))
@@ -121,8 +122,8 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 		return fmt.Errorf("read abandoned call: %w", err)
 	}
 	m.Deliveries = a.Deliveries
-	_, subjectTool, _ := w.names.ParseCallSubject(m.Subject)
-	toolTok := subjectTool
+	tokens, _ := w.names.ParseCallSubject(m.Subject)
+	toolTok := tokens.Tool
 	if !protocol.ValidToken(toolTok) {
 		toolTok = invalidToolToken
 	}
@@ -131,6 +132,10 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 		de, _ := protocol.AsDecodeError(decErr)
 		call = protocol.Call{CallID: de.CallID, BatchID: de.BatchID, Tool: toolTok}
 	}
+	// The abandonment result goes to the subject's personality, like every
+	// result (a call whose subject is not of version 2 gets none: no
+	// personality to answer under).
+	call.PersonalityID = tokens.Personality
 	reason := "no acknowledgement within " + w.timing.AckWait.String() + " (worker lost or stalled)"
 	if call.CallID != "" {
 		if e, found, err := w.kv.failures.Get(ctx, call.CallID); err == nil && found {
@@ -150,12 +155,12 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 	if err := w.deadLetter(m, toolTok, reason); err != nil {
 		return err
 	}
-	if call.CallID != "" {
+	if call.CallID != "" && call.PersonalityID != "" {
 		o := refuse(&call, protocol.DecisionAbandoned, protocol.CodeExecutionFailed,
 			fmt.Sprintf("call abandoned after %d deliveries: %s", a.Deliveries, reason))
 		o.result.Deliveries = int(a.Deliveries)
 		// The abandonment result joins the call's trace.
-		if err := w.publishResult(telemetry.Extract(context.Background(), m.Header), call.CallID, o.result, m.Header); err != nil {
+		if err := w.publishResult(telemetry.Extract(context.Background(), m.Header), call.PersonalityID, call.CallID, o.result, m.Header); err != nil {
 			return err
 		}
 		w.recordAnswer(ctx, &call, o)

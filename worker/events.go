@@ -18,7 +18,7 @@ import (
 
 // emitter returns the call's Emit function: it validates the event, applies
 // the internal default audience, numbers it and publishes it on
-// <p>.progress.<audience>.<batch>.<call>.
+// <p>.progress.<audience>.<personality>.<batch>.<call>.
 // Secret values the call resolved are redacted from the message.
 func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progress) error {
 	var seq atomic.Int64
@@ -31,7 +31,7 @@ func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progre
 		if p.Percent != nil && (math.IsNaN(*p.Percent) || *p.Percent < 0 || *p.Percent > 100) {
 			return fmt.Errorf("%w: percent %v must be between 0 and 100", tool.ErrInvalidProgress, *p.Percent)
 		}
-		subject, err := w.names.ProgressSubject(aud, batch, call.CallID)
+		subject, err := w.names.ProgressSubject(aud, call.PersonalityID, batch, call.CallID)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -101,7 +102,8 @@ func tryDo(ctx context.Context, e *env, c protocol.Call) (protocol.Result, error
 	if c.Args == nil {
 		c.Args = json.RawMessage(`{}`)
 	}
-	subject, err := e.names.ResultSubject(c.EffectiveBatchID(), c.CallID)
+	personality := cmp.Or(c.PersonalityID, "default")
+	subject, err := e.names.ResultSubject(personality, c.EffectiveBatchID(), c.CallID)
 	if err != nil {
 		return protocol.Result{}, err
 	}
@@ -120,7 +122,7 @@ func tryDo(ctx context.Context, e *env, c protocol.Call) (protocol.Result, error
 	if err != nil {
 		return protocol.Result{}, err
 	}
-	callSubject := e.names.Prefix() + ".call.default." + c.Tool
+	callSubject := e.names.Prefix() + ".call.default." + personality + "." + c.Tool
 	if _, err := e.conn.Publish(ctx, callSubject, body, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, c.CallID); err != nil {
 		return protocol.Result{}, err
 	}

@@ -1,12 +1,14 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,22 +130,37 @@ func (e *env) call(c protocol.Call) protocol.Call {
 	}
 	body, err := json.Marshal(c)
 	require.NoError(e.t, err)
-	e.publishRaw("default", c.Tool, body, c.CallID)
+	e.publishAs("default", cmp.Or(c.PersonalityID, "default"), c.Tool, body, c.CallID)
 	return c
 }
 
+// publishRaw publishes body as a call of personality "default".
 func (e *env) publishRaw(pool, toolName string, body []byte, msgID string) {
 	e.t.Helper()
-	subject := e.names.Prefix() + ".call." + pool + "." + toolName
-	_, err := e.conn.Publish(ctxT(e.t), subject, body, bus.Header{protocol.HeaderProtocol: {"1"}}, msgID)
+	e.publishAs(pool, "default", toolName, body, msgID)
+}
+
+// publishAs publishes body on <p>.call.<pool>.<personality>.<tool>.
+func (e *env) publishAs(pool, personality, toolName string, body []byte, msgID string) {
+	e.t.Helper()
+	subject := e.names.Prefix() + ".call." + pool + "." + personality + "." + toolName
+	_, err := e.conn.Publish(ctxT(e.t), subject, body, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, msgID)
 	require.NoError(e.t, err)
 }
 
-// result waits for the result of a call on <p>.result.<batch>.<call>.
+// resultFilter is <p>.result.*.<batch>.<call>: a call's result under any
+// personality (the tests of personality_subject_test.go check the token).
+func (e *env) resultFilter(batch, call string) string {
+	e.t.Helper()
+	subject, err := e.names.ResultSubject("any", batch, call)
+	require.NoError(e.t, err)
+	return strings.Replace(subject, ".result.any.", ".result.*.", 1)
+}
+
+// result waits for the result of a call on <p>.result.*.<batch>.<call>.
 func (e *env) result(batch, call string) protocol.Result {
 	e.t.Helper()
-	subject, err := e.names.ResultSubject(batch, call)
-	require.NoError(e.t, err)
+	subject := e.resultFilter(batch, call)
 	got := make(chan *bus.Msg, 4)
 	stop, err := e.conn.Tail(ctxT(e.t), e.names.ResultsStream(), []string{subject}, bus.FromStart, func(m *bus.Msg) { got <- m })
 	require.NoError(e.t, err)
@@ -152,7 +169,7 @@ func (e *env) result(batch, call string) protocol.Result {
 	case m := <-got:
 		var r protocol.Result
 		require.NoError(e.t, json.Unmarshal(m.Data, &r))
-		require.Equal(e.t, "1", m.Header.Get(protocol.HeaderProtocol))
+		require.Equal(e.t, protocol.Version, m.Header.Get(protocol.HeaderProtocol))
 		return r
 	case <-time.After(30 * time.Second):
 		e.t.Fatalf("no result for %s", subject)
@@ -163,13 +180,12 @@ func (e *env) result(batch, call string) protocol.Result {
 // resultsOn counts stored messages on a result subject.
 func (e *env) resultsOn(batch, call string) int {
 	e.t.Helper()
-	subject, err := e.names.ResultSubject(batch, call)
-	require.NoError(e.t, err)
+	subject := e.resultFilter(batch, call)
 	n := 0
 	done := make(chan struct{})
-	marker := subject + "-end-marker-" + strconv.FormatUint(markerSeq.Add(1), 10)
+	marker := e.names.Prefix() + ".result.marker." + batch + "." + call + "-end-" + strconv.FormatUint(markerSeq.Add(1), 10)
 	stop, err := e.conn.Tail(ctxT(e.t), e.names.ResultsStream(), []string{subject, marker}, bus.FromStart, func(m *bus.Msg) {
-		if m.Subject != subject {
+		if m.Subject == marker {
 			close(done)
 			return
 		}

@@ -129,8 +129,8 @@ func (w *Worker) metricTool(name string) string {
 // messaging conventions ask of a message that may be delivered again.
 func (w *Worker) startCall(m *bus.Msg) (context.Context, *callSpan) {
 	parent := telemetry.Extract(context.Background(), m.Header)
-	_, subjectTool, _ := w.names.ParseCallSubject(m.Subject)
-	cs := &callSpan{start: time.Now(), tool: w.metricTool(subjectTool), busy: &w.obs.busy}
+	tokens, _ := w.names.ParseCallSubject(m.Subject)
+	cs := &callSpan{start: time.Now(), tool: w.metricTool(tokens.Tool), busy: &w.obs.busy}
 	w.obs.busy.Add(1)
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
@@ -318,7 +318,7 @@ func (w *Worker) traceAccessors(tc *tool.Context) {
 // startPublish starts the producer span of a result publication. The span
 // is named after the subject template: the real subject holds ids.
 func (w *Worker) startPublish(ctx context.Context, subject, callID string, size int) (context.Context, trace.Span) {
-	template := w.names.Prefix() + ".result.{batch_id}.{call_id}"
+	template := w.names.Prefix() + ".result.{personality}.{batch_id}.{call_id}"
 	return w.obs.tracer.Start(ctx, "send "+template, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
 		semconv.MessagingSystemKey.String("nats"),
 		semconv.MessagingOperationTypeSend,

@@ -64,7 +64,7 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running
 	if cause := r.pendingCause(); cause != nil {
 		return refuse(call, protocol.DecisionCancelled, protocol.CodeExecutionFailed, cause.Error())
 	}
-	reason, found, err := w.cancelled(ctx, call.CallID)
+	reason, found, err := w.cancelled(ctx, call)
 	if err != nil {
 		return outcome{infra: fmt.Errorf("read cancel record: %w", err)}
 	}

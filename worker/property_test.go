@@ -269,8 +269,7 @@ func TestGatesProperty(t *testing.T) {
 	all := make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	filter, err := e.names.BatchResultsFilter("prop")
-	require.NoError(t, err)
+	filter := e.names.Prefix() + ".result.*.prop.>" // every personality's
 	stop, err := e.conn.Tail(ctx, e.names.ResultsStream(), []string{filter}, bus.FromStart, func(m *bus.Msg) {
 		var res protocol.Result
 		if json.Unmarshal(m.Data, &res) != nil {
@@ -289,7 +288,7 @@ func TestGatesProperty(t *testing.T) {
 		body, err := json.Marshal(protocol.Call{CallID: c.ID, BatchID: "prop", Tool: c.Tool.Name, Args: json.RawMessage(`{}`),
 			SessionID: "s-prop", PersonalityID: c.Personality.ID, ExcludeTools: c.Exclude, NarrowTools: c.Narrow})
 		require.NoError(t, err)
-		e.publishRaw("default", c.Tool.Name, body, c.ID)
+		e.publishAs("default", c.Personality.ID, c.Tool.Name, body, c.ID)
 	}
 	select {
 	case <-all:

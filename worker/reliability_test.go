@@ -91,7 +91,7 @@ func TestRedeliveredCallWithStoredResultIsNotRunAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, got)
 	res, _ := json.Marshal(protocol.Result{CallID: "done1", BatchID: "done1", Tool: "ledger", OK: true, Value: "from the dead worker"})
-	_, err = e.conn.Publish(ctxT(t), "capstan.result.done1.done1", res, bus.Header{protocol.HeaderProtocol: {"1"}}, protocol.ResultMsgID("done1"))
+	_, err = e.conn.Publish(ctxT(t), "capstan.result.default.done1.done1", res, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, protocol.ResultMsgID("done1"))
 	require.NoError(t, err)
 
 	lt := newLedgerTool()

@@ -229,14 +229,14 @@ func TestTraceOfOneCall(t *testing.T) {
 	consumer := tr.consumerSpan(t, "trace1")
 	var producer sdktrace.ReadOnlySpan
 	for _, s := range tr.clSpans.Ended() {
-		if s.Name() == "send capstan.call.default.lookup" {
+		if s.Name() == "send capstan.call.default.agent.lookup" {
 			producer = s
 		}
 	}
 	require.NotNil(t, producer)
 
 	// The consumer span continues the producer's trace and links to it.
-	require.Equal(t, "process capstan.call.default.lookup", consumer.Name())
+	require.Equal(t, "process capstan.call.default.agent.lookup", consumer.Name())
 	require.Equal(t, producer.SpanContext().TraceID(), consumer.SpanContext().TraceID())
 	require.Equal(t, producer.SpanContext().SpanID(), consumer.Parent().SpanID())
 	require.True(t, consumer.Parent().IsRemote())
@@ -244,7 +244,7 @@ func TestTraceOfOneCall(t *testing.T) {
 	require.Equal(t, producer.SpanContext().SpanID(), consumer.Links()[0].SpanContext.SpanID())
 	for k, v := range map[string]string{
 		"messaging.system": "nats", "messaging.operation.type": "process", "messaging.operation.name": "process",
-		"messaging.destination.name": "capstan.call.default.lookup", "messaging.consumer.group.name": "default",
+		"messaging.destination.name": "capstan.call.default.agent.lookup", "messaging.consumer.group.name": "default",
 		"messaging.message.id": "trace1", "gen_ai.tool.name": "lookup", "gen_ai.tool.call.id": "trace1",
 		"capstan.batch.id": "turn1", "capstan.worker.id": "w1", "capstan.deliveries": "1",
 		"capstan.outcome": "ok", "capstan.decision": "allowed",
@@ -254,7 +254,7 @@ func TestTraceOfOneCall(t *testing.T) {
 
 	spans := tr.workerSpans.Ended()
 	kids := childrenOf(spans, consumer)
-	require.ElementsMatch(t, []string{"policy", "execute_tool lookup", "reduce", "send capstan.result.{batch_id}.{call_id}"}, names(kids))
+	require.ElementsMatch(t, []string{"policy", "execute_tool lookup", "reduce", "send capstan.result.{personality}.{batch_id}.{call_id}"}, names(kids))
 	require.Equal(t, "agent", attr(kids["policy"], "capstan.personality.id"))
 	exec := kids["execute_tool lookup"]
 	for k, v := range map[string]string{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup", "gen_ai.tool.call.id": "trace1", "gen_ai.tool.type": "function"} {
@@ -266,12 +266,12 @@ func TestTraceOfOneCall(t *testing.T) {
 	require.Equal(t, "200", attr(grand["GET"], "http.response.status_code"))
 	require.Equal(t, "echo", attr(grand["run process"], "process.executable.name"))
 	require.Equal(t, "0", attr(grand["run process"], "process.exit.code"))
-	publish := kids["send capstan.result.{batch_id}.{call_id}"]
+	publish := kids["send capstan.result.{personality}.{batch_id}.{call_id}"]
 	require.Equal(t, trace.SpanKindProducer, publish.SpanKind())
-	require.Equal(t, "capstan.result.turn1.trace1", attr(publish, "messaging.destination.name"))
+	require.Equal(t, "capstan.result.agent.turn1.trace1", attr(publish, "messaging.destination.name"))
 
 	// The result carries the publish span's trace context.
-	m, err := tr.e.conn.LastMsg(ctxT(t), tr.e.names.ResultsStream(), "capstan.result.turn1.trace1")
+	m, err := tr.e.conn.LastMsg(ctxT(t), tr.e.names.ResultsStream(), "capstan.result.agent.turn1.trace1")
 	require.NoError(t, err)
 	sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), m.Header))
 	require.Equal(t, publish.SpanContext().SpanID(), sc.SpanID())
@@ -337,7 +337,7 @@ func TestForeignTraceparentIsHonoured(t *testing.T) {
 		body, err := json.Marshal(protocol.Call{CallID: callID, Tool: "admin_only", SessionID: "s", Args: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 		h := bus.Header{headerName: {"00-" + traceID + "-" + spanID + "-01"}, "tracestate": {"vendor=opaque"}}
-		_, err = tr.e.conn.Publish(ctxT(t), "capstan.call.default.admin_only", body, h, callID)
+		_, err = tr.e.conn.Publish(ctxT(t), "capstan.call.default.default.admin_only", body, h, callID)
 		require.NoError(t, err)
 	}
 	publish("py1", "traceparent")

@@ -81,11 +81,11 @@ func TestCancelRunningCall(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			e.start(worker.Config{})
-			started := e.tail(e.names.ProgressStream(), "capstan.progress.internal.bc.cc")
+			started := e.tail(e.names.ProgressStream(), "capstan.progress.internal.default.bc.cc")
 			e.call(protocol.Call{CallID: "cc", BatchID: "bc", Tool: "echo",
 				Args: json.RawMessage(`{"text":"x","sleep_ms":600000,"progress":[{"message":"sleeping"}]}`)})
 			recv(t, started)
-			require.NoError(t, e.conn.PublishCore("capstan.cancel.cc", []byte(tc.body), nil))
+			require.NoError(t, e.conn.PublishCore("capstan.cancel.default.cc", []byte(tc.body), nil))
 			r := e.result("bc", "cc")
 			require.False(t, r.OK)
 			require.Equal(t, protocol.CodeExecutionFailed, r.Code)
@@ -98,11 +98,11 @@ func TestCancelBeforeStart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(worker.Config{})
-	require.NoError(t, e.conn.PublishCore("capstan.cancel.early", nil, nil))
+	require.NoError(t, e.conn.PublishCore("capstan.cancel.default.early", nil, nil))
 	kv, err := e.conn.KV(ctxT(t), bus.Cancels)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		_, found, err := kv.Get(ctxT(t), "early")
+		_, found, err := kv.Get(ctxT(t), "default.early")
 		return err == nil && found
 	}, 10*time.Second, 10*time.Millisecond, "the worker records the cancel request")
 	e.call(protocol.Call{CallID: "early", Tool: "echo", Args: json.RawMessage(`{"text":"x"}`)})
@@ -193,14 +193,14 @@ func TestProgressLandsOnAudienceSubject(t *testing.T) {
 	require.True(t, e.result("pb", "pc").OK)
 
 	m := recv(t, internal)
-	require.Equal(t, "capstan.progress.internal.pb.pc", m.Subject)
+	require.Equal(t, "capstan.progress.internal.default.pb.pc", m.Subject)
 	var ev protocol.Progress
 	require.NoError(t, json.Unmarshal(m.Data, &ev))
 	require.Equal(t, protocol.Progress{Type: "progress", CallID: "pc", BatchID: "pb", ToolName: "echo", Message: "one",
 		Audience: protocol.AudienceInternal, Seq: 1, Time: ev.Time}, ev)
 
 	m = recv(t, user)
-	require.Equal(t, "capstan.progress.user.pb.pc", m.Subject)
+	require.Equal(t, "capstan.progress.user.default.pb.pc", m.Subject)
 	require.NoError(t, json.Unmarshal(m.Data, &ev))
 	require.Equal(t, "two", ev.Message)
 	require.Equal(t, int64(2), ev.Seq)
@@ -283,8 +283,8 @@ func TestMalformedCalls(t *testing.T) {
 	require.Equal(t, "not json", string(m.Data))
 	require.Equal(t, "invalid call: body must be a JSON object", m.Header.Get("Capstan-Dead-Reason"))
 	require.Equal(t, "1", m.Header.Get("Capstan-Deliveries"))
-	require.Equal(t, "capstan.call.default.echo", m.Header.Get("Capstan-Original-Subject"))
-	require.Equal(t, "1", m.Header.Get("Capstan-Protocol"), "original headers are kept")
+	require.Equal(t, "capstan.call.default.default.echo", m.Header.Get("Capstan-Original-Subject"))
+	require.Equal(t, protocol.Version, m.Header.Get("Capstan-Protocol"), "original headers are kept")
 	_, err := time.Parse(time.RFC3339, m.Header.Get("Capstan-Dead-At"))
 	require.NoError(t, err)
 
@@ -417,7 +417,7 @@ func TestCopyOfRunningCallIsAnsweredOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(worker.Config{})
-	started := e.tail(e.names.ProgressStream(), "capstan.progress.internal.cp.cp")
+	started := e.tail(e.names.ProgressStream(), "capstan.progress.internal.default.cp.cp")
 	body := []byte(`{"call_id":"cp","tool":"echo","args":{"text":"x","sleep_ms":1000,"progress":[{"message":"go"}]},"session_id":"s"}`)
 	e.publishRaw("default", "echo", body, "cp-1")
 	recv(t, started)
@@ -435,14 +435,14 @@ func TestUnsupportedProtocolVersion(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(worker.Config{})
-	body := []byte(`{"call_id":"v2","tool":"echo","args":{"text":"x"},"session_id":"s"}`)
-	_, err := e.conn.Publish(ctxT(t), "capstan.call.default.echo", body, bus.Header{"Capstan-Protocol": {"2"}}, "v2")
+	body := []byte(`{"call_id":"v3","tool":"echo","args":{"text":"x"},"session_id":"s"}`)
+	_, err := e.conn.Publish(ctxT(t), "capstan.call.default.default.echo", body, bus.Header{"Capstan-Protocol": {"3"}}, "v3")
 	require.NoError(t, err)
-	r := e.result("v2", "v2")
+	r := e.result("v3", "v3")
 	require.Equal(t, protocol.CodeInputInvalid, r.Code)
-	require.Equal(t, `invalid call: header Capstan-Protocol "2" is not supported (this worker speaks 1)`, r.Error)
+	require.Equal(t, `invalid call: header Capstan-Protocol "3" is not supported (this worker speaks 2)`, r.Error)
 	// No header at all is accepted (clients in other languages may omit it).
-	_, err = e.conn.Publish(ctxT(t), "capstan.call.default.echo", []byte(`{"call_id":"v0","tool":"echo","args":{"text":"x"},"session_id":"s"}`), nil, "v0")
+	_, err = e.conn.Publish(ctxT(t), "capstan.call.default.default.echo", []byte(`{"call_id":"v0","tool":"echo","args":{"text":"x"},"session_id":"s"}`), nil, "v0")
 	require.NoError(t, err)
 	require.True(t, e.result("v0", "v0").OK)
 }
@@ -453,7 +453,7 @@ func TestDeadLetterDropsPublishControlHeaders(t *testing.T) {
 	e.start(worker.Config{})
 	dlq := e.tail(e.names.DLQStream(), "capstan.dlq.>")
 	hdr := bus.Header{"Nats-Expected-Stream": {"CAPSTAN_CALLS"}, "Nats-Expected-Last-Sequence": {"0"}, "X-Trace": {"keep"}}
-	_, err := e.conn.Publish(ctxT(t), "capstan.call.default.echo", []byte(`broken`), hdr, "ctl-1")
+	_, err := e.conn.Publish(ctxT(t), "capstan.call.default.default.echo", []byte(`broken`), hdr, "ctl-1")
 	require.NoError(t, err)
 	m := recv(t, dlq)
 	require.Equal(t, "broken", string(m.Data))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ const (
 func (a *app) cmdCall(ctx context.Context, args []string) int {
 	fs := a.flags("call")
 	argsJSON := fs.String("args", "{}", "the tool's arguments, a JSON object")
-	personality := fs.String("personality", "", "personality_id of the call (default: the workers' default personality)")
+	personality := personalityFlag(fs)
 	session := fs.String("session", "cli", "session_id of the call")
 	timeout := fs.Duration("timeout", 30*time.Second, "the call's timeout_ms; the dispatcher waits 5s longer for the result")
 	batch := fs.String("batch", "", "batch_id of the call (default: its call_id)")
@@ -53,6 +54,9 @@ func (a *app) cmdCall(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	defer closeFn()
+	if c, ok = a.as(c, "call", *personality); !ok {
+		return exitUsage
+	}
 
 	call := client.Call{
 		CallID:        client.NewID(),
@@ -61,7 +65,7 @@ func (a *app) cmdCall(ctx context.Context, args []string) int {
 		Args:          json.RawMessage(*argsJSON),
 		SessionID:     *session,
 		Platform:      "cli",
-		PersonalityID: *personality,
+		PersonalityID: c.PersonalityID(),
 		DryRun:        *dryRun,
 		TimeoutMS:     timeout.Milliseconds(),
 	}
@@ -102,6 +106,26 @@ func (a *app) cmdCall(ctx context.Context, args []string) int {
 		drain(events)
 	}
 	return a.printResult(r, *asJSON)
+}
+
+// personalityFlag defines --personality: the personality token of the
+// subjects a command publishes on or reads from (protocol version 2).
+func personalityFlag(fs *flag.FlagSet) *string {
+	return fs.String("personality", "", "the personality whose subjects the command uses (default: CAPSTAN_DEFAULT_PERSONALITY, \"default\")")
+}
+
+// as returns c acting under personality p (c itself when p is empty),
+// reporting an invalid p as a usage error of command cmd.
+func (a *app) as(c *client.Client, cmd, p string) (*client.Client, bool) {
+	if p == "" {
+		return c, true
+	}
+	v, err := c.WithPersonality(p)
+	if err != nil {
+		a.errorf("%s: --personality: %v", cmd, err)
+		return nil, false
+	}
+	return v, true
 }
 
 // follow prints the progress events of one call on stderr. Each event is
@@ -224,6 +248,7 @@ func (a *app) cmdTools(ctx context.Context, args []string) int {
 func (a *app) cmdResult(ctx context.Context, args []string) int {
 	fs := a.flags("result")
 	asJSON := fs.Bool("json", false, "print the whole result as JSON on stdout")
+	personality := personalityFlag(fs)
 	pos, code, done := a.parseCommand(fs, args, 1, "one call_id")
 	if done {
 		return code
@@ -233,6 +258,9 @@ func (a *app) cmdResult(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	defer closeFn()
+	if c, ok = a.as(c, "result", *personality); !ok {
+		return exitUsage
+	}
 	r, found, err := c.Result(ctx, pos[0])
 	if err != nil {
 		a.errorf("result: %v", err)
@@ -248,6 +276,7 @@ func (a *app) cmdResult(ctx context.Context, args []string) int {
 func (a *app) cmdCancel(ctx context.Context, args []string) int {
 	fs := a.flags("cancel")
 	reason := fs.String("reason", "", "the reason given in the call's result (default: by request)")
+	personality := personalityFlag(fs)
 	pos, code, done := a.parseCommand(fs, args, 1, "one call_id")
 	if done {
 		return code
@@ -261,6 +290,9 @@ func (a *app) cmdCancel(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	defer closeFn()
+	if c, ok = a.as(c, "cancel", *personality); !ok {
+		return exitUsage
+	}
 	if err := c.Cancel(ctx, pos[0], *reason); err != nil {
 		a.errorf("cancel: %v", err)
 		return exitUsage
@@ -274,6 +306,7 @@ func (a *app) cmdProgress(ctx context.Context, args []string) int {
 	audience := fs.String("audience", "", "only this audience: internal, user or dashboard (default all)")
 	batch := fs.String("batch", "", "only this batch_id (default all)")
 	fromStart := fs.Bool("from-start", false, "print the stored events (kept 1h) first")
+	personality := personalityFlag(fs)
 	if _, code, done := a.parseCommand(fs, args, 0, ""); done {
 		return code
 	}
@@ -292,6 +325,9 @@ func (a *app) cmdProgress(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	defer closeFn()
+	if c, ok = a.as(c, "progress", *personality); !ok {
+		return exitUsage
+	}
 	var mu sync.Mutex
 	stopped := false
 	stop, err := c.Progress(ctx, protocol.Audience(*audience), *batch, *fromStart, func(p client.Progress) {

@@ -22,7 +22,7 @@ type Config struct {
 	NATSCreds          string        `env:"CAPSTAN_NATS_CREDS" help:"credentials file (NATS .creds or NKey seed); unset: <data dir>/embedded.creds for a loopback server"`
 	DataDir            string        `env:"CAPSTAN_DATA_DIR" envDefault:".capstan" help:"embedded server's store and embedded.creds (local mode's, or a local worker's)"`
 	Prefix             string        `env:"CAPSTAN_SUBJECT_PREFIX" envDefault:"capstan" help:"subject prefix"`
-	DefaultPersonality string        `env:"CAPSTAN_DEFAULT_PERSONALITY" envDefault:"default" help:"local mode: personality for calls that name none"`
+	DefaultPersonality string        `env:"CAPSTAN_DEFAULT_PERSONALITY" envDefault:"default" help:"personality put in the subjects of calls that name none (and read by result, cancel and progress without --personality)"`
 	Concurrency        int           `env:"CAPSTAN_CONCURRENCY" envDefault:"64" help:"local mode: calls run at once"`
 	CallTimeout        time.Duration `env:"CAPSTAN_CALL_TIMEOUT" envDefault:"60s" help:"local mode: default and maximum execution time per call"`
 	ShutdownGrace      time.Duration `env:"CAPSTAN_SHUTDOWN_GRACE" envDefault:"30s" help:"local mode: drain time before in-flight calls are cancelled"`

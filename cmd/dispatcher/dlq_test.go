@@ -30,7 +30,7 @@ func TestDLQCommands(t *testing.T) {
 			protocol.HeaderTraceparent:     {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
 			protocol.HeaderDeadReason:      {reason},
 			protocol.HeaderDeliveries:      {"5"},
-			protocol.HeaderOriginalSubject: {"capstan.call.default." + tool},
+			protocol.HeaderOriginalSubject: {"capstan.call.default.default." + tool},
 			protocol.HeaderDeadAt:          {"2026-11-23T10:00:00Z"},
 		}
 		if callID != "" {
@@ -73,14 +73,14 @@ func TestDLQCommands(t *testing.T) {
 
 	code, stdout, stderr = runT(t, env, "", "dlq", "redrive", "c1")
 	require.Equal(t, exitOK, code, stderr)
-	require.Equal(t, "redriven call c1 to capstan.call.default.echo\n", stdout)
+	require.Equal(t, "redriven call c1 to capstan.call.default.default.echo\n", stdout)
 	pool, err := admin.PoolConsumer(ctxT(t), "default", 5, bus.DefaultAckWait)
 	require.NoError(t, err)
 	var m *bus.Msg
 	n, err := pool.Fetch(ctxT(t), 1, 10*time.Second, func(got *bus.Msg) { m = got })
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	require.Equal(t, "capstan.call.default.echo", m.Subject)
+	require.Equal(t, "capstan.call.default.default.echo", m.Subject)
 	require.Equal(t, "1", m.Header.Get(protocol.HeaderRedrive))
 	require.Equal(t, "c1.redrive-1", m.Header.Get(protocol.HeaderMsgID))
 	require.Equal(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", m.Header.Get(protocol.HeaderTraceparent))

@@ -269,11 +269,19 @@ func TestResultCancelAndProgressCommands(t *testing.T) {
 	code, _, stderr := runT(t, env, "", "result", "unknown-call")
 	require.Equal(t, exitFailed, code)
 	require.Contains(t, stderr, "capstan: result: no result for call unknown-call")
+	// The result is under personality "default": another personality's
+	// subjects do not hold it, and a bad token is a usage error.
+	code, _, stderr = runT(t, env, "", "result", r.CallID, "--personality", "researcher")
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, stderr, "capstan: result: no result for call "+r.CallID)
+	code, _, stderr = runT(t, env, "", "result", r.CallID, "--personality", "a.b")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, `capstan: result: --personality: client: personality "a.b" must match ^[A-Za-z0-9_-]{1,128}$`)
 
 	admin := bustest.Conn(t, url, "")
 	var mu sync.Mutex
 	var cancels []string
-	sub, err := admin.Subscribe("capstan.cancel.*", "", func(subject string, _ bus.Header, data []byte) {
+	sub, err := admin.Subscribe("capstan.cancel.>", "", func(subject string, _ bus.Header, data []byte) {
 		mu.Lock()
 		cancels = append(cancels, subject+" "+string(data))
 		mu.Unlock()
@@ -286,7 +294,14 @@ func TestResultCancelAndProgressCommands(t *testing.T) {
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(cancels) == 1 && cancels[0] == `capstan.cancel.c42 {"reason":"too slow"}`
+		return len(cancels) == 1 && cancels[0] == `capstan.cancel.default.c42 {"reason":"too slow"}`
+	}, 10*time.Second, 10*time.Millisecond)
+	code, _, stderr = runT(t, env, "", "cancel", "c43", "--personality", "researcher")
+	require.Equal(t, exitOK, code, stderr)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(cancels) == 2 && cancels[1] == `capstan.cancel.researcher.c43 `
 	}, 10*time.Second, 10*time.Millisecond)
 
 	// progress tails until its context ends.

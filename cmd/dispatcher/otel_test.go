@@ -69,7 +69,7 @@ func TestDispatcherExportsTraces(t *testing.T) {
 	// Shutdown flushed the spans before the command returned.
 	col.mu.Lock()
 	defer col.mu.Unlock()
-	require.Equal(t, "capstan-dispatcher", col.names["send capstan.call.default.echo"], "spans: %v", col.names)
-	require.Equal(t, "capstan-dispatcher", col.names["process capstan.call.default.echo"], "the local pool's spans: %v", col.names)
+	require.Equal(t, "capstan-dispatcher", col.names["send capstan.call.default.default.echo"], "spans: %v", col.names)
+	require.Equal(t, "capstan-dispatcher", col.names["process capstan.call.default.default.echo"], "the local pool's spans: %v", col.names)
 	require.Contains(t, col.names, "execute_tool echo")
 }

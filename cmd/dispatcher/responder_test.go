@@ -52,6 +52,10 @@ func (r *responder) handle(ctx context.Context, m *bus.Msg) {
 	if err != nil {
 		return
 	}
+	// Version 2: the subject's personality token decides.
+	if tokens, err := r.conn.Names().ParseCallSubject(m.Subject); err == nil {
+		call.PersonalityID = tokens.Personality
+	}
 	r.mu.Lock()
 	r.calls[call.CallID] = call
 	r.mu.Unlock()
@@ -78,7 +82,7 @@ func (r *responder) handle(ctx context.Context, m *bus.Msg) {
 			res.Value = "ok"
 		}
 	}
-	subject, _ := r.conn.Names().ResultSubject(call.EffectiveBatchID(), call.CallID)
+	subject, _ := r.conn.Names().ResultSubject(call.PersonalityID, call.EffectiveBatchID(), call.CallID)
 	data, _ := json.Marshal(res)
 	_, _ = r.conn.Publish(ctx, subject, data, nil, protocol.ResultMsgID(call.CallID))
 }
@@ -86,7 +90,7 @@ func (r *responder) handle(ctx context.Context, m *bus.Msg) {
 func (r *responder) progress(ctx context.Context, call *protocol.Call, a protocol.Audience, msg string, pct *float64, seq int64) {
 	p := protocol.Progress{Type: protocol.ProgressType, CallID: call.CallID, BatchID: call.EffectiveBatchID(), ToolName: call.Tool,
 		Message: msg, Percent: pct, Audience: a, Seq: seq, Time: time.Now()}
-	subject, _ := r.conn.Names().ProgressSubject(a, call.EffectiveBatchID(), call.CallID)
+	subject, _ := r.conn.Names().ProgressSubject(a, call.PersonalityID, call.EffectiveBatchID(), call.CallID)
 	data, _ := json.Marshal(p)
 	_, _ = r.conn.Publish(ctx, subject, data, nil, "")
 }

@@ -107,7 +107,7 @@ func TestSIGTERMLosesNoCall(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 
 	progress := make(chan string, 64)
-	stopTail, err := conn.Tail(ctx, "CAPSTAN_PROGRESS", []string{"capstan.progress.internal.term.>"}, bus.FromNew, func(m *bus.Msg) { progress <- m.Subject })
+	stopTail, err := conn.Tail(ctx, "CAPSTAN_PROGRESS", []string{"capstan.progress.internal.default.term.>"}, bus.FromNew, func(m *bus.Msg) { progress <- m.Subject })
 	require.NoError(t, err)
 	defer stopTail()
 
@@ -132,7 +132,7 @@ func TestSIGTERMLosesNoCall(t *testing.T) {
 		id := fmt.Sprintf("t%d", i)
 		ids = append(ids, id)
 		body := fmt.Sprintf(`{"call_id":%q,"batch_id":"term","tool":"echo","session_id":"s","args":{"text":%q,"sleep_ms":%d,"progress":[{"message":"started"}]}}`, id, id, sleep)
-		_, err := conn.Publish(ctx, "capstan.call.default.echo", []byte(body), nil, id)
+		_, err := conn.Publish(ctx, "capstan.call.default.default.echo", []byte(body), nil, id)
 		require.NoError(t, err)
 	}
 	for range 8 {
@@ -163,7 +163,7 @@ func TestSIGTERMLosesNoCall(t *testing.T) {
 
 	results := map[string][]protocol.Result{}
 	got := make(chan *bus.Msg, 64)
-	stopRes, err := conn.Tail(ctx, "CAPSTAN_RESULTS", []string{"capstan.result.term.>"}, bus.FromStart, func(m *bus.Msg) { got <- m })
+	stopRes, err := conn.Tail(ctx, "CAPSTAN_RESULTS", []string{"capstan.result.default.term.>"}, bus.FromStart, func(m *bus.Msg) { got <- m })
 	require.NoError(t, err)
 	defer stopRes()
 	for len(results) < len(ids) {

@@ -187,7 +187,7 @@ func (e *env) measure(ctx context.Context, cfg Config, s Scenario, batch string)
 	if err != nil {
 		return RunResult{}, err
 	}
-	subject, err := e.names.CallSubject(sys.pool, echo.Name)
+	subject, err := e.names.CallSubject(sys.pool, personalityID, echo.Name)
 	if err != nil {
 		_ = sys.stop()
 		return RunResult{}, err
@@ -200,7 +200,7 @@ func (e *env) measure(ctx context.Context, cfg Config, s Scenario, batch string)
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	filter, _ := e.names.BatchResultsFilter(batch)
+	filter, _ := e.names.BatchResultsFilter(personalityID, batch)
 	purgeErr := errors.Join(
 		e.conn.PurgeSubject(pctx, e.names.ResultsStream(), filter),
 		e.conn.PurgeSubject(pctx, e.names.AuditStream(), e.names.AuditFilter()),

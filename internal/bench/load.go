@@ -181,7 +181,7 @@ func (g *load) onResult(m *bus.Msg) {
 // run warms up, measures for d and waits for the results of every call
 // published.
 func (g *load) run(ctx context.Context, warmup, d time.Duration) (RunResult, error) {
-	filter, err := g.names.BatchResultsFilter(g.batch)
+	filter, err := g.names.BatchResultsFilter(personalityID, g.batch)
 	if err != nil {
 		return RunResult{}, err
 	}

@@ -41,9 +41,10 @@ type BaselineConfig struct {
 // On its own connection it consumes <p>.call.<pool>.> with a durable pull
 // consumer (explicit ack), fetching as many calls as it has free handlers
 // (Concurrency), as the worker does, each handled on its own goroutine; a
-// handler decodes the call's call_id, batch_id, tool and
-// args.text (and waits args.sleep_ms, like echo), publishes an ok result
-// carrying the text to <p>.result.<batch>.<call> on the results stream with
+// handler takes the personality from the call's subject, decodes the call's
+// call_id, batch_id, tool and args.text (and waits args.sleep_ms, like echo),
+// publishes an ok result carrying the text to
+// <p>.result.<personality>.<batch>.<call> on the results stream with
 // Nats-Msg-Id <call>.result, waits for the stream's ack, and acks the call.
 // It has no policy, schema validation, lease, completion record, cancel
 // check, audit record, metrics, tracing or logging.
@@ -192,7 +193,13 @@ func (b *Baseline) handle(js jetstream.JetStream, names protocol.Names, m jetstr
 	if batch == "" {
 		batch = c.CallID
 	}
-	subject, err := names.ResultSubject(batch, c.CallID)
+	call, err := names.ParseCallSubject(m.Subject())
+	if err != nil {
+		b.fail(err)
+		_ = m.Term()
+		return
+	}
+	subject, err := names.ResultSubject(call.Personality, batch, c.CallID)
 	if err != nil {
 		b.fail(err)
 		_ = m.Term()

@@ -32,6 +32,11 @@ type Config struct {
 	Replicas int
 	// ConnectTimeout bounds the first connection; default 5s.
 	ConnectTimeout time.Duration
+	// InboxPrefix is the first token of the connection's reply subjects
+	// (JetStream API replies, pulls, watches); default "_INBOX". A tenant's
+	// NATS user may subscribe only to its own prefix (deploy/nats/auth.conf),
+	// so that it never receives replies meant for another user.
+	InboxPrefix string
 }
 
 // Conn is a NATS connection with JetStream and Capstan's topology in place.
@@ -67,6 +72,12 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		nats.Timeout(cfg.ConnectTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500 * time.Millisecond),
+	}
+	if cfg.InboxPrefix != "" {
+		if err := protocol.CheckToken("inbox prefix", cfg.InboxPrefix); err != nil {
+			return nil, fmt.Errorf("bus: %w", err)
+		}
+		opts = append(opts, nats.CustomInboxPrefix(cfg.InboxPrefix))
 	}
 	if cfg.Creds != "" {
 		opt, err := credsOption(cfg.Creds)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -80,19 +82,24 @@ func (c *Conn) PoolConsumerConfig(pool string, maxDeliver int, ackWait time.Dura
 		MaxDeliver:    maxDeliver,
 		MaxAckPending: MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		// Timing the worker applies on top of the consumer, shown with it.
+		// Timing the worker applies on top of the consumer, shown with
+		// it, and the protocol version it was created for.
 		Metadata: map[string]string{
 			"capstan_lease_ttl":        t.LeaseTTL().String(),
 			"capstan_heartbeat":        t.Heartbeat().String(),
 			"capstan_retry_backoff":    RetryBackoffText,
 			"capstan_lease_held_retry": t.Heartbeat().String(),
+			protocol.MetadataProtocol:  protocol.Version,
 		},
 	}, nil
 }
 
 // PoolConsumer creates (or binds to) the pool's durable consumer. An existing
 // consumer whose filter, ack policy, max deliver or ack wait differ is
-// reported.
+// reported, and so is one created for a newer protocol version. One created
+// by protocol version 1 (its filter is the same) is given the version's
+// metadata: by then EnsureTopology has made sure that the calls stream holds
+// no version-1 call.
 func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int, ackWait time.Duration) (*PoolConsumer, error) {
 	cfg, err := c.PoolConsumerConfig(pool, maxDeliver, ackWait)
 	if err != nil {
@@ -134,6 +141,24 @@ func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int, ac
 	}
 	if len(reasons) > 0 {
 		return nil, &IncompatibleError{Kind: "consumer", Name: stream + "/" + pool, Reasons: reasons}
+	}
+	switch v := have.Metadata[protocol.MetadataProtocol]; v {
+	case protocol.Version:
+	case "":
+		have.Metadata = maps.Clone(have.Metadata)
+		if have.Metadata == nil {
+			have.Metadata = map[string]string{}
+		}
+		maps.Copy(have.Metadata, cfg.Metadata)
+		err = c.den.guard(ctx, apiConsumer(stream), func(ctx context.Context) (err error) {
+			cons, err = c.js.UpdateConsumer(ctx, stream, have)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bus: record protocol version %s on consumer %s: %w", protocol.Version, pool, err)
+		}
+	default:
+		return nil, &VersionError{Kind: "consumer", Name: stream + "/" + pool, Version: v}
 	}
 	return &PoolConsumer{cons: cons, name: pool, timing: Timing{AckWait: have.AckWait}}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,6 +63,30 @@ func (c *Conn) KV(ctx context.Context, b Bucket) (*KV, error) {
 	kv := &KV{kv: h, js: c.js, den: c.den}
 	c.kvs.buckets[b] = kv
 	return kv, nil
+}
+
+// ReadKey returns the value of key in bucket b, found false when it has none.
+// It reads with a direct get naming the key in its request subject
+// ($JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>) and needs no handle on
+// the bucket (which needs the info of the bucket's stream): a user allowed to
+// read only some keys (a tenant, its own personality) can read them.
+func (c *Conn) ReadKey(ctx context.Context, b Bucket, key string) (Entry, bool, error) {
+	if key == "" || strings.ContainsAny(key, "*> \t\r\n") || strings.HasPrefix(key, ".") || strings.HasSuffix(key, ".") {
+		return Entry{}, false, fmt.Errorf("bus: key %q is not a valid key", key)
+	}
+	bucket := c.bucketConfig(b).Bucket
+	m, err := c.DirectLast(ctx, kvStream(bucket), kvSubject(bucket, key))
+	if errors.Is(err, ErrNotFound) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("bus: get %s/%s: %w", bucket, key, err)
+	}
+	switch m.Header.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return Entry{}, false, nil
+	}
+	return Entry{Key: key, Value: m.Data, Revision: m.StreamSeq, Created: m.Time}, true, nil
 }
 
 // write runs op, a write of key, so that the server's refusal of the write

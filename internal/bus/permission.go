@@ -57,14 +57,10 @@ type denialWaiter struct {
 
 // onAsyncError is the connection's nats.ErrorHandler.
 func (d *denials) onAsyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
-	if !errors.Is(err, nats.ErrPermissionViolation) {
+	pe := violation(err)
+	if pe == nil {
 		return
 	}
-	m := pubViolationRE.FindStringSubmatch(err.Error())
-	if m == nil {
-		return
-	}
-	pe := &PermissionError{Subject: m[2], Message: m[1]}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for w, patterns := range d.waiters {
@@ -72,6 +68,18 @@ func (d *denials) onAsyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
 			w.cancel(pe)
 		}
 	}
+}
+
+// violation returns the publish permissions violation err reports, or nil.
+func violation(err error) *PermissionError {
+	if err == nil || !errors.Is(err, nats.ErrPermissionViolation) {
+		return nil
+	}
+	m := pubViolationRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return nil
+	}
+	return &PermissionError{Subject: m[2], Message: m[1]}
 }
 
 // guard runs op with a context that ends as soon as the server refuses a
@@ -125,8 +133,16 @@ func subjectMatch(pattern, subject string) bool {
 // JetStream API subjects of the operations guarded here (default API prefix).
 func apiStreamCreate(stream string) string    { return "$JS.API.STREAM.CREATE." + stream }
 func apiStreamInfo(stream string) string      { return "$JS.API.STREAM.INFO." + stream }
+func apiStreamUpdate(stream string) string    { return "$JS.API.STREAM.UPDATE." + stream }
 func apiStreamPurge(stream string) string     { return "$JS.API.STREAM.PURGE." + stream }
 func apiStreamMsgDelete(stream string) string { return "$JS.API.STREAM.MSG.DELETE." + stream }
+
+// apiDirectGet is the direct get of the last message on subject in stream,
+// the subject being part of the request subject (server permissions can
+// bind it).
+func apiDirectGet(stream, subject string) string {
+	return "$JS.API.DIRECT.GET." + stream + "." + subject
+}
 
 // apiStreamRead matches the requests that read messages of stream by
 // sequence or subject (STREAM.MSG.GET, and DIRECT.GET with or without the

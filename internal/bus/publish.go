@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -62,6 +63,31 @@ func (c *Conn) PublishCore(subject string, data []byte, hdr Header) error {
 		return fmt.Errorf("bus: publish %s: %w", subject, err)
 	}
 	return nil
+}
+
+// PublishCoreFlush publishes on core NATS and waits until the server has
+// processed the message (at most 10s when ctx has no deadline of its own). A
+// subject the connection's user may not publish to fails with
+// ErrPermissionDenied: the server reports the refusal before it answers the
+// flush, and the connection records it as its last error.
+func (c *Conn) PublishCoreFlush(ctx context.Context, subject string, data []byte, hdr Header) error {
+	err := c.den.guard(ctx, []string{subject}, func(ctx context.Context) error {
+		if err := c.PublishCore(subject, data, hdr); err != nil {
+			return err
+		}
+		if err := c.Flush(ctx); err != nil {
+			return fmt.Errorf("bus: publish %s: %w", subject, err)
+		}
+		if pe := violation(c.nc.LastError()); pe != nil && pe.Subject == subject {
+			return pe
+		}
+		return nil
+	})
+	var pe *PermissionError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("bus: publish %s: %w", subject, pe)
+	}
+	return err
 }
 
 // Subscription is a core NATS subscription.

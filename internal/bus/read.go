@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/capstanhq/capstan/internal/protocol"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -75,6 +77,58 @@ func (c *Conn) LastMsg(ctx context.Context, stream, subject string) (*Msg, error
 		return nil, fmt.Errorf("bus: last message on %s: %w", subject, err)
 	}
 	return &Msg{Subject: raw.Subject, Header: Header(raw.Header), Data: raw.Data, StreamSeq: raw.Sequence, Time: raw.Time}, nil
+}
+
+// ErrNoDirectGet reports a stream that answers no direct get: it does not
+// exist, or does not allow direct gets (a results stream created by protocol
+// version 1 and not yet migrated).
+var ErrNoDirectGet = errors.New("the stream answers no direct get (missing, or created by protocol version 1 without direct gets)")
+
+// DirectLast returns the last message on subject (which may hold wildcards)
+// in stream, with a direct get that names the subject in its request subject
+// ($JS.API.DIRECT.GET.<stream>.<subject>): server permissions can bind it to
+// a subject, and it needs no stream info. The stream must allow direct gets.
+func (c *Conn) DirectLast(ctx context.Context, stream, subject string) (*Msg, error) {
+	req := apiDirectGet(stream, subject)
+	var resp *nats.Msg
+	err := c.den.guard(ctx, []string{req}, func(ctx context.Context) (err error) {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+		}
+		resp, err = c.nc.RequestWithContext(ctx, req, nil)
+		return err
+	})
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, fmt.Errorf("bus: last message on %s in %s: %w", subject, stream, ErrNoDirectGet)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: last message on %s in %s: %w", subject, stream, err)
+	}
+	if len(resp.Data) == 0 {
+		switch status := resp.Header.Get("Status"); status {
+		case "404":
+			return nil, ErrNotFound
+		case "":
+		default:
+			return nil, fmt.Errorf("bus: last message on %s in %s: the server answered %s %s", subject, stream, status, resp.Header.Get("Description"))
+		}
+	}
+	h := Header(resp.Header)
+	m := &Msg{Subject: h.Get(jetstream.SubjectHeader), Data: resp.Data}
+	if m.Subject == "" {
+		return nil, fmt.Errorf("bus: last message on %s in %s: the answer is not a stored message", subject, stream)
+	}
+	m.StreamSeq, _ = strconv.ParseUint(h.Get(jetstream.SequenceHeader), 10, 64)
+	m.Time, _ = time.Parse(time.RFC3339Nano, h.Get(jetstream.TimeStampHeaer))
+	for _, k := range []string{jetstream.StreamHeader, jetstream.SequenceHeader, jetstream.TimeStampHeaer, jetstream.SubjectHeader} {
+		delete(h, k)
+	}
+	if len(h) > 0 {
+		m.Header = h
+	}
+	return m, nil
 }
 
 // FirstMsg returns the first stored message on subject (which may hold
@@ -249,6 +303,7 @@ func (c *Conn) AbandonedConsumer(ctx context.Context, pool string) (*PoolConsume
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       DefaultAckWait,
 		MaxDeliver:    -1,
+		Metadata:      versionMetadata(),
 	}
 	var cons jetstream.Consumer
 	err := c.den.guard(ctx, apiConsumer(c.advisoriesStream()), func(ctx context.Context) (err error) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -120,23 +121,32 @@ func maxDeliveriesSubject(stream, consumer string) string {
 
 var allBuckets = []Bucket{Personalities, Tools, Cancels, Completions, Leases, Workers, RateLimits, Failures, Storage, ReadRecords}
 
+// versionMetadata is the metadata that marks a stream or consumer as created
+// (or migrated) for this protocol version.
+func versionMetadata() map[string]string {
+	return map[string]string{protocol.MetadataProtocol: protocol.Version}
+}
+
 func (c *Conn) streamConfigs() []jetstream.StreamConfig {
 	n := c.names
 	r := c.cfg.Replicas
 	return []jetstream.StreamConfig{
-		{Name: n.CallsStream(), Description: "Capstan tool calls", Subjects: []string{n.CallsFilter()}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: DedupeWindow, Replicas: r},
-		{Name: n.ResultsStream(), Description: "Capstan results", Subjects: []string{n.ResultsFilter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: c.cfg.ResultsMaxAge, Duplicates: DedupeWindow, Replicas: r},
-		{Name: n.ProgressStream(), Description: "Capstan progress events", Subjects: []string{n.ProgressFilter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: ProgressMaxAge, MaxMsgsPerSubject: ProgressPerSubject, Replicas: r},
-		{Name: n.DLQStream(), Description: "Capstan dead letters", Subjects: []string{n.DLQFilter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Replicas: r},
-		{Name: n.AuditStream(), Description: "Capstan audit records", Subjects: []string{n.AuditFilter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 30 * 24 * time.Hour, Replicas: r},
-		{Name: c.advisoriesStream(), Description: "Capstan: calls that reached MaxDeliver, kept until a worker of their pool dead-letters them", Subjects: []string{maxDeliveriesSubject(n.CallsStream(), "*")}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Replicas: r},
+		{Name: n.CallsStream(), Description: "Capstan tool calls", Subjects: []string{n.CallsFilter()}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: DedupeWindow, Replicas: r, Metadata: versionMetadata()},
+		// Direct gets let a reader fetch one stored result by subject
+		// ($JS.API.DIRECT.GET.<stream>.<subject>), which server permissions
+		// can bind to a tenant's own results.
+		{Name: n.ResultsStream(), Description: "Capstan results", Subjects: []string{n.ResultsFilter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: c.cfg.ResultsMaxAge, Duplicates: DedupeWindow, Replicas: r, AllowDirect: true, Metadata: versionMetadata()},
+		{Name: n.ProgressStream(), Description: "Capstan progress events", Subjects: []string{n.ProgressFilter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: ProgressMaxAge, MaxMsgsPerSubject: ProgressPerSubject, Replicas: r, Metadata: versionMetadata()},
+		{Name: n.DLQStream(), Description: "Capstan dead letters", Subjects: []string{n.DLQFilter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Replicas: r, Metadata: versionMetadata()},
+		{Name: n.AuditStream(), Description: "Capstan audit records", Subjects: []string{n.AuditFilter()}, Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: 30 * 24 * time.Hour, Replicas: r, Metadata: versionMetadata()},
+		{Name: c.advisoriesStream(), Description: "Capstan: calls that reached MaxDeliver, kept until a worker of their pool dead-letters them", Subjects: []string{maxDeliveriesSubject(n.CallsStream(), "*")}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, MaxAge: 7 * 24 * time.Hour, Replicas: r, Metadata: versionMetadata()},
 	}
 }
 
 // IncompatibleError reports an existing stream or bucket whose configuration
 // differs from what Capstan needs. Capstan never changes it silently.
 type IncompatibleError struct {
-	Kind    string // "stream" or "bucket"
+	Kind    string // "stream", "bucket" or "consumer"
 	Name    string
 	Reasons []string
 }
@@ -147,11 +157,67 @@ func (e *IncompatibleError) Error() string {
 		e.Kind, e.Name, strings.Join(e.Reasons, "; "), e.Kind)
 }
 
-// EnsureTopology creates every stream and bucket that does not exist, and
-// reports an existing one whose essential configuration differs.
+// MissingError reports a stream or bucket that does not exist and that this
+// connection's NATS user may not create. Cause wraps the server's refusal
+// (a *PermissionError, so errors.Is(err, ErrPermissionDenied) holds).
+type MissingError struct {
+	Kind  string // "stream" or "bucket"
+	Name  string
+	Cause error
+}
+
+// Error names the stream or bucket and says who creates the topology.
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("%s %s does not exist, and this NATS user may not create it (%v): Capstan's streams and buckets are created "+
+		"by a user that may, for example the operator of deploy/nats/auth.conf; connect once as that user first "+
+		"(e.g. \"dispatcher personality put <dir>\" or \"dispatcher tools\"; docs/operations.md, \"NATS users\")", e.Kind, e.Name, e.Cause)
+}
+
+// Unwrap returns the server's refusal.
+func (e *MissingError) Unwrap() error { return e.Cause }
+
+// VersionError reports a stream or consumer created for a protocol version
+// newer than this component's.
+type VersionError struct {
+	Kind, Name, Version string
+}
+
+// Error names the stream or consumer and both versions.
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("%s %s was created for Capstan protocol version %s; this component speaks version %s: upgrade it",
+		e.Kind, e.Name, e.Version, protocol.Version)
+}
+
+// EnsureTopology makes sure every stream and bucket exists with a compatible
+// configuration. For each one it reads the existing configuration first and
+// creates it only when it does not exist, so a user that may read but not
+// create streams works once the topology exists:
+//
+//   - an existing stream or bucket whose essential configuration differs is
+//     reported (*IncompatibleError), and so is a stream created for a newer
+//     protocol version (*VersionError); it is never changed;
+//   - streams created by protocol version 1 (no capstan_protocol metadata)
+//     are migrated when that is safe, or reported (*MigrationError; see
+//     migrate);
+//   - a missing one is created; if the server refuses the creation for lack
+//     of permission, the error is a *MissingError; if another component
+//     created it meanwhile, that one is checked instead;
+//   - one this user may not even read is left alone: the users that may
+//     read it check it (a tenant's user reads only what it needs).
 func (c *Conn) EnsureTopology(ctx context.Context) error {
-	for _, want := range c.streamConfigs() {
-		if err := c.ensureStream(ctx, want); err != nil {
+	wants := c.streamConfigs()
+	var v1 []versionOne
+	for _, want := range wants {
+		have, err := c.ensureStream(ctx, want)
+		if err != nil {
+			return err
+		}
+		if have != nil {
+			v1 = append(v1, versionOne{want: want, have: *have})
+		}
+	}
+	if len(v1) > 0 {
+		if err := c.migrate(ctx, v1); err != nil {
 			return err
 		}
 	}
@@ -163,35 +229,85 @@ func (c *Conn) EnsureTopology(ctx context.Context) error {
 	return nil
 }
 
-func (c *Conn) ensureStream(ctx context.Context, want jetstream.StreamConfig) error {
-	var have *jetstream.StreamConfig // set when the stream exists already
-	err := c.den.guard(ctx, []string{apiStreamCreate(want.Name), apiStreamInfo(want.Name)}, func(ctx context.Context) error {
-		_, err := c.js.CreateStream(ctx, want)
-		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+// versionOne is a stream created by protocol version 1: the configuration
+// wanted and the one it has.
+type versionOne struct {
+	want, have jetstream.StreamConfig
+}
+
+// streamConfig reads the configuration of stream (jetstream.ErrStreamNotFound
+// when it does not exist, ErrPermissionDenied when this user may not read it).
+func (c *Conn) streamConfig(ctx context.Context, name string) (*jetstream.StreamConfig, error) {
+	var cfg *jetstream.StreamConfig
+	err := c.den.guard(ctx, []string{apiStreamInfo(name)}, func(ctx context.Context) error {
+		s, err := c.js.Stream(ctx, name)
+		if err != nil {
 			return err
 		}
-		s, err := c.js.Stream(ctx, want.Name)
-		if err != nil {
-			return fmt.Errorf("read the existing stream: %w", err)
-		}
-		cfg := s.CachedInfo().Config
-		have = &cfg
+		have := s.CachedInfo().Config
+		cfg = &have
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("bus: create stream %s: %w", want.Name, err)
+	return cfg, err
+}
+
+// ensureStream reads stream want.Name and creates it when it does not exist.
+// It returns the existing configuration when the stream was created by
+// protocol version 1 (to be migrated), else nil.
+func (c *Conn) ensureStream(ctx context.Context, want jetstream.StreamConfig) (*jetstream.StreamConfig, error) {
+	have, err := c.streamConfig(ctx, want.Name)
+	switch {
+	case err == nil:
+		return checkStream(*have, want)
+	case errors.Is(err, ErrPermissionDenied):
+		return nil, nil // not this user's to check
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("bus: read stream %s: %w", want.Name, err)
 	}
-	if have == nil {
-		return nil
+	err = c.den.guard(ctx, []string{apiStreamCreate(want.Name)}, func(ctx context.Context) error {
+		_, err := c.js.CreateStream(ctx, want)
+		return err
+	})
+	switch {
+	case err == nil:
+		return nil, nil
+	case errors.Is(err, ErrPermissionDenied):
+		return nil, &MissingError{Kind: "stream", Name: want.Name, Cause: err}
+	case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+		// Created by another component since it was read: check that one.
+		if have, err = c.streamConfig(ctx, want.Name); err != nil {
+			return nil, fmt.Errorf("bus: read stream %s: %w", want.Name, err)
+		}
+		return checkStream(*have, want)
 	}
-	if reasons := streamDiff(*have, want); len(reasons) > 0 {
-		return &IncompatibleError{Kind: "stream", Name: want.Name, Reasons: reasons}
+	return nil, fmt.Errorf("bus: create stream %s: %w", want.Name, err)
+}
+
+// checkStream compares an existing stream with the wanted configuration. It
+// returns have when the stream was created by protocol version 1.
+func checkStream(have, want jetstream.StreamConfig) (*jetstream.StreamConfig, error) {
+	reasons := streamDiff(have, want)
+	version := have.Metadata[protocol.MetadataProtocol]
+	if version == protocol.Version && want.AllowDirect && !have.AllowDirect {
+		reasons = append(reasons, "direct gets are not allowed (allow_direct false), want allowed")
 	}
-	return nil
+	if len(reasons) > 0 {
+		return nil, &IncompatibleError{Kind: "stream", Name: want.Name, Reasons: reasons}
+	}
+	switch version {
+	case protocol.Version:
+		return nil, nil
+	case "":
+		return &have, nil
+	}
+	return nil, &VersionError{Kind: "stream", Name: want.Name, Version: version}
 }
 
 // streamDiff lists the differences that break Capstan's semantics; tuning
-// such as MaxAge or replicas is the operator's to change.
+// such as MaxAge or replicas is the operator's to change. A stream that
+// copies its messages elsewhere (republish, mirror, sources) or rewrites
+// their subjects is refused whoever created it: republished into
+// $KV.<p>_personalities.> it would write personalities.
 func streamDiff(have, want jetstream.StreamConfig) []string {
 	var r []string
 	hs, ws := slices.Clone(have.Subjects), slices.Clone(want.Subjects)
@@ -209,39 +325,69 @@ func streamDiff(have, want jetstream.StreamConfig) []string {
 	if have.Discard != want.Discard {
 		r = append(r, fmt.Sprintf("discard policy is %s, want %s", have.Discard, want.Discard))
 	}
+	return append(r, copyDiff(have)...)
+}
+
+// copyDiff lists what makes a stream copy or rewrite its messages.
+func copyDiff(have jetstream.StreamConfig) []string {
+	var r []string
+	if have.RePublish != nil {
+		r = append(r, fmt.Sprintf("it republishes its messages to %q, want no republish", have.RePublish.Destination))
+	}
+	if have.Mirror != nil {
+		r = append(r, fmt.Sprintf("it mirrors stream %s, want no mirror", have.Mirror.Name))
+	}
+	if len(have.Sources) > 0 {
+		r = append(r, fmt.Sprintf("it sources %d other streams, want none", len(have.Sources)))
+	}
+	if have.SubjectTransform != nil {
+		r = append(r, "it transforms subjects, want no transform")
+	}
 	return r
 }
 
+// ensureBucket reads bucket want.Bucket and creates it when it does not
+// exist, as ensureStream does for streams.
 func (c *Conn) ensureBucket(ctx context.Context, want jetstream.KeyValueConfig) error {
-	var st jetstream.KeyValueStatus // set when the bucket exists already
 	stream := kvStream(want.Bucket)
-	err := c.den.guard(ctx, []string{apiStreamCreate(stream), apiStreamInfo(stream)}, func(ctx context.Context) error {
+	have, err := c.streamConfig(ctx, stream)
+	switch {
+	case err == nil:
+		return checkBucket(*have, want)
+	case errors.Is(err, ErrPermissionDenied):
+		return nil // not this user's to check
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("bus: read bucket %s: %w", want.Bucket, err)
+	}
+	err = c.den.guard(ctx, []string{apiStreamCreate(stream)}, func(ctx context.Context) error {
 		_, err := c.js.CreateKeyValue(ctx, want)
-		if !errors.Is(err, jetstream.ErrBucketExists) && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return err
-		}
-		kv, err := c.js.KeyValue(ctx, want.Bucket)
-		if err != nil {
-			return fmt.Errorf("read the existing bucket: %w", err)
-		}
-		if st, err = kv.Status(ctx); err != nil {
-			return fmt.Errorf("read the existing bucket: %w", err)
-		}
-		return nil
+		return err
 	})
-	if err != nil {
-		return fmt.Errorf("bus: create bucket %s: %w", want.Bucket, err)
-	}
-	if st == nil {
+	switch {
+	case err == nil:
 		return nil
+	case errors.Is(err, ErrPermissionDenied):
+		return &MissingError{Kind: "bucket", Name: want.Bucket, Cause: err}
+	case errors.Is(err, jetstream.ErrBucketExists), errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+		if have, err = c.streamConfig(ctx, stream); err != nil {
+			return fmt.Errorf("bus: read bucket %s: %w", want.Bucket, err)
+		}
+		return checkBucket(*have, want)
 	}
+	return fmt.Errorf("bus: create bucket %s: %w", want.Bucket, err)
+}
+
+// checkBucket compares the stream of an existing bucket with the wanted
+// bucket configuration.
+func checkBucket(have jetstream.StreamConfig, want jetstream.KeyValueConfig) error {
 	var reasons []string
-	if st.TTL() != want.TTL {
-		reasons = append(reasons, fmt.Sprintf("ttl is %s, want %s", st.TTL(), want.TTL))
+	if have.MaxAge != want.TTL {
+		reasons = append(reasons, fmt.Sprintf("ttl is %s, want %s", have.MaxAge, want.TTL))
 	}
-	if want.LimitMarkerTTL > 0 && st.LimitMarkerTTL() == 0 {
+	if want.LimitMarkerTTL > 0 && have.SubjectDeleteMarkerTTL == 0 {
 		reasons = append(reasons, "per-key TTLs are not enabled (limit marker TTL unset)")
 	}
+	reasons = append(reasons, copyDiff(have)...)
 	if len(reasons) > 0 {
 		return &IncompatibleError{Kind: "bucket", Name: want.Bucket, Reasons: reasons}
 	}

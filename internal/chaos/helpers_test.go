@@ -200,7 +200,7 @@ func echoCall(id, batch string, sleepMS int) []byte {
 func publishCall(ctx context.Context, conn *bus.Conn, id string, body []byte) error {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := conn.Publish(pctx, "capstan.call.default.echo", body, bus.Header{protocol.HeaderProtocol: {"1"}}, id)
+		_, err := conn.Publish(pctx, "capstan.call.default.default.echo", body, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, id)
 		cancel()
 		if err == nil {
 			return nil
@@ -230,7 +230,7 @@ func count(t *testing.T, conn *bus.Conn, batch string) tally {
 // tryCount is count for a bus that may be recovering: errors are returned.
 func tryCount(ctx context.Context, conn *bus.Conn, batch string) (tally, error) {
 	tl := tally{results: map[string][]protocol.Result{}, executions: map[string]int{}}
-	res, err := conn.Messages(ctx, "CAPSTAN_RESULTS", "capstan.result."+batch+".>")
+	res, err := conn.Messages(ctx, "CAPSTAN_RESULTS", "capstan.result.default."+batch+".>")
 	if err != nil {
 		return tally{}, err
 	}
@@ -241,7 +241,7 @@ func tryCount(ctx context.Context, conn *bus.Conn, batch string) (tally, error) 
 		}
 		tl.results[r.CallID] = append(tl.results[r.CallID], r)
 	}
-	prog, err := conn.Messages(ctx, "CAPSTAN_PROGRESS", "capstan.progress.internal."+batch+".>")
+	prog, err := conn.Messages(ctx, "CAPSTAN_PROGRESS", "capstan.progress.internal.default."+batch+".>")
 	if err != nil {
 		return tally{}, err
 	}

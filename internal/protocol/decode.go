@@ -17,7 +17,8 @@ import (
 type DecodeError struct {
 	CallID string
 	// BatchID is the call's batch_id when it could be read and is a valid
-	// token, else "": the result then goes to <p>.result.<call>.<call>.
+	// token, else "": the result then goes to
+	// <p>.result.<personality>.<call>.<call>.
 	BatchID string
 	Field   string
 	Reason  string

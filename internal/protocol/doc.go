@@ -1,11 +1,18 @@
-// Package protocol holds the version-1 wire contract between dispatchers and
+// Package protocol holds the version-2 wire contract between dispatchers and
 // workers: message types, subject and stream names, header names and a strict
 // call decoder. It is a leaf package: it imports nothing else of Capstan, never
 // logs and never performs I/O.
 package protocol
 
 // Version is the value of the Capstan-Protocol header on every message.
-const Version = "1"
+// Version 2 put the personality into the call, result, progress and cancel
+// subjects (docs/protocol.md).
+const Version = "2"
+
+// MetadataProtocol is the JetStream metadata key (on streams and the pool
+// consumers) that records the protocol version they were created or migrated
+// for; its value is Version. Streams without it were created by version 1.
+const MetadataProtocol = "capstan_protocol"
 
 // Header names. traceparent and tracestate are lower-case exactly, because
 // nats.Header lookups are case-sensitive.

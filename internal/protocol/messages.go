@@ -2,11 +2,13 @@ package protocol
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
-// Call is a tool call as published on <p>.call.<pool>.<tool>. Unknown fields
-// are ignored on decode. A call can never carry policy: capabilities and the
+// Call is a tool call as published on <p>.call.<pool>.<personality>.<tool>.
+// Unknown fields are ignored on decode. PersonalityID, when present, must
+// equal the subject's personality (PersonalityMismatch). A call can never carry policy: capabilities and the
 // personality document come only from the workers' configuration.
 type Call struct {
 	CallID            string          `json:"call_id"`
@@ -41,7 +43,8 @@ func (c *Call) EffectiveBatchID() string {
 	return c.BatchID
 }
 
-// Result is the one answer to a call, published on <p>.result.<batch>.<call>.
+// Result is the one answer to a call, published on
+// <p>.result.<personality>.<batch>.<call>.
 type Result struct {
 	CallID        string          `json:"call_id"`
 	BatchID       string          `json:"batch_id"`
@@ -87,12 +90,21 @@ func (r Result) MarshalJSON() ([]byte, error) {
 // whole value of every result.
 func EncodeResult(r *Result) ([]byte, error) { return r.MarshalJSON() }
 
+// PersonalityMismatch is the error of the input_invalid result of a call whose
+// body names personality body while its subject names personality subject
+// (security.md section 3): the subject decides, so a body cannot claim a
+// personality its publisher may not use.
+func PersonalityMismatch(body, subject string) string {
+	return fmt.Sprintf("personality_id %q does not match the subject's personality %q", body, subject)
+}
+
 // Failure builds a failed result for call with the given code and message.
 func Failure(call *Call, code Code, msg string) Result {
 	return Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, Code: code, Error: msg}
 }
 
-// Progress is a progress event on <p>.progress.<audience>.<batch>.<call>.
+// Progress is a progress event on
+// <p>.progress.<audience>.<personality>.<batch>.<call>.
 type Progress struct {
 	Type     string    `json:"type"`
 	CallID   string    `json:"call_id"`

@@ -79,70 +79,100 @@ func (n Names) PoolFilter(pool string) (string, error) {
 	return n.prefix + ".call." + pool + ".>", nil
 }
 
-// CallSubject returns <p>.call.<pool>.<tool>.
-func (n Names) CallSubject(pool, tool string) (string, error) {
+// CallTokens are the tokens of a call subject.
+type CallTokens struct {
+	Pool, Personality, Tool string
+}
+
+// CallSubject returns <p>.call.<pool>.<personality>.<tool>.
+func (n Names) CallSubject(pool, personality, tool string) (string, error) {
 	if err := CheckToken("pool", pool); err != nil {
+		return "", err
+	}
+	if err := CheckToken("personality", personality); err != nil {
 		return "", err
 	}
 	if err := CheckToken("tool", tool); err != nil {
 		return "", err
 	}
-	return n.prefix + ".call." + pool + "." + tool, nil
+	return n.prefix + ".call." + pool + "." + personality + "." + tool, nil
 }
 
-// ParseCallSubject splits <p>.call.<pool>.<tool> into pool and tool.
-func (n Names) ParseCallSubject(subject string) (pool, tool string, err error) {
+// ParseCallSubject splits <p>.call.<pool>.<personality>.<tool> into its
+// tokens. A subject of another shape, or with a token that is not valid, is
+// an error naming the subject (and, for <p>.call.<pool>.<tool>, saying that
+// it looks like a call of protocol version 1).
+func (n Names) ParseCallSubject(subject string) (CallTokens, error) {
 	rest, ok := strings.CutPrefix(subject, n.prefix+".call.")
 	if !ok {
-		return "", "", fmt.Errorf("subject %q is not a call subject", subject)
+		return CallTokens{}, fmt.Errorf("subject %q is not a call subject", subject)
 	}
-	pool, tool, ok = strings.Cut(rest, ".")
-	if !ok || !ValidToken(pool) || !ValidToken(tool) {
-		return "", "", fmt.Errorf("subject %q is not <prefix>.call.<pool>.<tool>", subject)
+	parts := strings.Split(rest, ".")
+	if len(parts) == 3 && ValidToken(parts[0]) && ValidToken(parts[1]) && ValidToken(parts[2]) {
+		return CallTokens{Pool: parts[0], Personality: parts[1], Tool: parts[2]}, nil
 	}
-	return pool, tool, nil
+	if len(parts) == 2 && ValidToken(parts[0]) && ValidToken(parts[1]) {
+		return CallTokens{}, fmt.Errorf("subject %q is not <prefix>.call.<pool>.<personality>.<tool> "+
+			"(a call of protocol version 1? version 2 puts the personality into the subject)", subject)
+	}
+	return CallTokens{}, fmt.Errorf("subject %q is not <prefix>.call.<pool>.<personality>.<tool>", subject)
 }
 
 // ResultsFilter is the filter subject of the results stream.
 func (n Names) ResultsFilter() string { return n.prefix + ".result.>" }
 
-// ResultSubject returns <p>.result.<batch>.<call>.
-func (n Names) ResultSubject(batch, call string) (string, error) {
+// ResultSubject returns <p>.result.<personality>.<batch>.<call>.
+func (n Names) ResultSubject(personality, batch, call string) (string, error) {
+	if err := CheckToken("personality", personality); err != nil {
+		return "", err
+	}
 	if err := CheckToken("batch_id", batch); err != nil {
 		return "", err
 	}
 	if err := CheckToken("call_id", call); err != nil {
 		return "", err
 	}
-	return n.prefix + ".result." + batch + "." + call, nil
+	return n.prefix + ".result." + personality + "." + batch + "." + call, nil
 }
 
-// BatchResultsFilter returns <p>.result.<batch>.> (batch "" means every batch: *).
-func (n Names) BatchResultsFilter(batch string) (string, error) {
+// BatchResultsFilter returns <p>.result.<personality>.<batch>.>, the results
+// of one batch of a personality; batch "" means every batch of the
+// personality: <p>.result.<personality>.>.
+func (n Names) BatchResultsFilter(personality, batch string) (string, error) {
+	if err := CheckToken("personality", personality); err != nil {
+		return "", err
+	}
 	if batch == "" {
-		return n.prefix + ".result.*.>", nil
+		return n.prefix + ".result." + personality + ".>", nil
 	}
 	if err := CheckToken("batch_id", batch); err != nil {
 		return "", err
 	}
-	return n.prefix + ".result." + batch + ".>", nil
+	return n.prefix + ".result." + personality + "." + batch + ".>", nil
 }
 
-// CallResultFilter returns <p>.result.*.<call>, matching a call's result in any batch.
-func (n Names) CallResultFilter(call string) (string, error) {
+// CallResultFilter returns <p>.result.<personality>.*.<call>, matching a
+// call's result in any batch of its personality.
+func (n Names) CallResultFilter(personality, call string) (string, error) {
+	if err := CheckToken("personality", personality); err != nil {
+		return "", err
+	}
 	if err := CheckToken("call_id", call); err != nil {
 		return "", err
 	}
-	return n.prefix + ".result.*." + call, nil
+	return n.prefix + ".result." + personality + ".*." + call, nil
 }
 
 // ProgressFilter is the filter subject of the progress stream.
 func (n Names) ProgressFilter() string { return n.prefix + ".progress.>" }
 
-// ProgressSubject returns <p>.progress.<audience>.<batch>.<call>.
-func (n Names) ProgressSubject(a Audience, batch, call string) (string, error) {
+// ProgressSubject returns <p>.progress.<audience>.<personality>.<batch>.<call>.
+func (n Names) ProgressSubject(a Audience, personality, batch, call string) (string, error) {
 	if !a.Valid() {
 		return "", fmt.Errorf("audience %q must be internal, user or dashboard", a)
+	}
+	if err := CheckToken("personality", personality); err != nil {
+		return "", err
 	}
 	if err := CheckToken("batch_id", batch); err != nil {
 		return "", err
@@ -150,18 +180,22 @@ func (n Names) ProgressSubject(a Audience, batch, call string) (string, error) {
 	if err := CheckToken("call_id", call); err != nil {
 		return "", err
 	}
-	return n.prefix + ".progress." + string(a) + "." + batch + "." + call, nil
+	return n.prefix + ".progress." + string(a) + "." + personality + "." + batch + "." + call, nil
 }
 
-// ProgressTail returns the filter for progress events of one audience ("" = every
-// audience) and one batch ("" = every batch).
-func (n Names) ProgressTail(a Audience, batch string) (string, error) {
+// ProgressTail returns the filter for the progress events of one
+// personality, one audience ("" = every audience) and one batch ("" = every
+// batch): <p>.progress.<audience|*>.<personality>.<batch|*>.*.
+func (n Names) ProgressTail(a Audience, personality, batch string) (string, error) {
 	aud := "*"
 	if a != "" {
 		if !a.Valid() {
 			return "", fmt.Errorf("audience %q must be internal, user or dashboard", a)
 		}
 		aud = string(a)
+	}
+	if err := CheckToken("personality", personality); err != nil {
+		return "", err
 	}
 	b := "*"
 	if batch != "" {
@@ -170,27 +204,34 @@ func (n Names) ProgressTail(a Audience, batch string) (string, error) {
 		}
 		b = batch
 	}
-	return n.prefix + ".progress." + aud + "." + b + ".*", nil
+	return n.prefix + ".progress." + aud + "." + personality + "." + b + ".*", nil
 }
 
-// CancelSubject returns <p>.cancel.<call>.
-func (n Names) CancelSubject(call string) (string, error) {
+// CancelSubject returns <p>.cancel.<personality>.<call>.
+func (n Names) CancelSubject(personality, call string) (string, error) {
+	if err := CheckToken("personality", personality); err != nil {
+		return "", err
+	}
 	if err := CheckToken("call_id", call); err != nil {
 		return "", err
 	}
-	return n.prefix + ".cancel." + call, nil
+	return n.prefix + ".cancel." + personality + "." + call, nil
 }
 
-// CancelFilter is <p>.cancel.* (core NATS, every worker subscribes).
-func (n Names) CancelFilter() string { return n.prefix + ".cancel.*" }
+// CancelFilter is <p>.cancel.*.* (core NATS, every worker subscribes).
+func (n Names) CancelFilter() string { return n.prefix + ".cancel.*.*" }
 
-// ParseCancelSubject returns the call id of <p>.cancel.<call>.
-func (n Names) ParseCancelSubject(subject string) (string, error) {
-	call, ok := strings.CutPrefix(subject, n.prefix+".cancel.")
-	if !ok || !ValidToken(call) {
-		return "", fmt.Errorf("subject %q is not <prefix>.cancel.<call>", subject)
+// ParseCancelSubject returns the personality and call id of
+// <p>.cancel.<personality>.<call>.
+func (n Names) ParseCancelSubject(subject string) (personality, call string, err error) {
+	rest, ok := strings.CutPrefix(subject, n.prefix+".cancel.")
+	if ok {
+		personality, call, ok = strings.Cut(rest, ".")
 	}
-	return call, nil
+	if !ok || !ValidToken(personality) || !ValidToken(call) {
+		return "", "", fmt.Errorf("subject %q is not <prefix>.cancel.<personality>.<call>", subject)
+	}
+	return personality, call, nil
 }
 
 // DLQFilter is the filter subject of the dead-letter stream.
