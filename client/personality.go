@@ -84,16 +84,14 @@ func (c *Client) PutPersonality(ctx context.Context, doc []byte) (id string, pro
 	return id, nil, nil
 }
 
-// Personality returns the stored document of a personality.
+// Personality returns the stored document of a personality. It reads the one
+// key with a direct get naming it, so a tenant whose NATS user may read only
+// its own personality's document can read that.
 func (c *Client) Personality(ctx context.Context, id string) ([]byte, error) {
-	kv, err := c.conn.KV(ctx, bus.Personalities)
-	if err != nil {
-		return nil, err
-	}
 	if !capability.ValidID(id) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownPersonality, id)
 	}
-	e, found, err := kv.Get(ctx, id)
+	e, found, err := c.conn.ReadKey(ctx, bus.Personalities, id)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 type Config struct {
 	NATSURL            string        `env:"CAPSTAN_NATS_URL" help:"NATS servers, comma-separated; unset = local mode"`
 	NATSCreds          string        `env:"CAPSTAN_NATS_CREDS" help:"credentials file (NATS .creds or NKey seed); unset: <data dir>/embedded.creds for a loopback server"`
+	InboxPrefix        string        `env:"CAPSTAN_NATS_INBOX_PREFIX" help:"prefix of reply subjects (default _INBOX); a tenant's NATS user sets the one it may subscribe to, e.g. _INBOX_researcher"`
 	DataDir            string        `env:"CAPSTAN_DATA_DIR" envDefault:".capstan" help:"embedded server's store and embedded.creds (local mode's, or a local worker's)"`
 	Prefix             string        `env:"CAPSTAN_SUBJECT_PREFIX" envDefault:"capstan" help:"subject prefix"`
 	DefaultPersonality string        `env:"CAPSTAN_DEFAULT_PERSONALITY" envDefault:"default" help:"personality put in the subjects of calls that name none (and read by result, cancel and progress without --personality)"`
@@ -64,6 +65,9 @@ func (c *Config) check() []string {
 	bad := func(name, format string, args ...any) { p = append(p, name+": "+fmt.Sprintf(format, args...)) }
 	if !protocol.ValidToken(c.Prefix) {
 		bad("CAPSTAN_SUBJECT_PREFIX", "%q must match ^[A-Za-z0-9_-]{1,128}$", c.Prefix)
+	}
+	if c.InboxPrefix != "" && !protocol.ValidToken(c.InboxPrefix) {
+		bad("CAPSTAN_NATS_INBOX_PREFIX", "%q must match ^[A-Za-z0-9_-]{1,128}$", c.InboxPrefix)
 	}
 	if !protocol.ValidToken(c.DefaultPersonality) {
 		bad("CAPSTAN_DEFAULT_PERSONALITY", "%q must match ^[A-Za-z0-9_-]{1,128}$", c.DefaultPersonality)

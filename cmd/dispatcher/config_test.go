@@ -70,6 +70,7 @@ func TestLoadConfigErrorsNameTheVariable(t *testing.T) {
 		{"call timeout zero", map[string]string{"CAPSTAN_CALL_TIMEOUT": "0s"}, `CAPSTAN_CALL_TIMEOUT: must be positive, got 0s`},
 		{"grace negative", map[string]string{"CAPSTAN_SHUTDOWN_GRACE": "-1s"}, `CAPSTAN_SHUTDOWN_GRACE: must not be negative, got -1s`},
 		{"prefix with a dot", map[string]string{"CAPSTAN_SUBJECT_PREFIX": "a.b"}, `CAPSTAN_SUBJECT_PREFIX: "a.b" must match ^[A-Za-z0-9_-]{1,128}$`},
+		{"inbox prefix with a dot", map[string]string{"CAPSTAN_NATS_INBOX_PREFIX": "_INBOX.x"}, `CAPSTAN_NATS_INBOX_PREFIX: "_INBOX.x" must match ^[A-Za-z0-9_-]{1,128}$`},
 		{"personality with a space", map[string]string{"CAPSTAN_DEFAULT_PERSONALITY": "a b"}, `CAPSTAN_DEFAULT_PERSONALITY: "a b" must match`},
 		{"tools with an empty name", map[string]string{"CAPSTAN_TOOLS": "echo,,x"}, `CAPSTAN_TOOLS: tool name "" must match`},
 		{"log level", map[string]string{"CAPSTAN_LOG_LEVEL": "loud"}, `CAPSTAN_LOG_LEVEL: "loud" must be debug, info, warn or error`},

@@ -172,8 +172,7 @@ func redactURL(urls string) string {
 
 func (a *app) newClient(ctx context.Context, cfg Config, url, creds string) (*client.Client, error) {
 	return client.New(ctx, client.Config{NATSURL: url, NATSCreds: creds, Prefix: cfg.Prefix, Name: "capstan-dispatcher", StreamReplicas: cfg.StreamReplicas,
-		Personality:    cfg.DefaultPersonality,
-		TracerProvider: a.tel.TracerProvider})
+		Personality: cfg.DefaultPersonality, InboxPrefix: cfg.InboxPrefix, TracerProvider: a.tel.TracerProvider})
 }
 
 // localMode starts an embedded JetStream server and an in-process worker pool

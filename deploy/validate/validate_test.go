@@ -103,6 +103,8 @@ func TestComposeFile(t *testing.T) {
 		require.Equal(t, "worker-dev-only", *s.Environment["CAPSTAN_NATS_WORKER_PASSWORD"])
 		require.Equal(t, "operator-dev-only", *s.Environment["CAPSTAN_NATS_OPERATOR_PASSWORD"])
 		require.Equal(t, "backend-dev-only", *s.Environment["CAPSTAN_NATS_BACKEND_PASSWORD"])
+		require.Equal(t, "researcher-dev-only", *s.Environment["CAPSTAN_NATS_TENANT_RESEARCHER_PASSWORD"])
+		require.Equal(t, "support-dev-only", *s.Environment["CAPSTAN_NATS_TENANT_SUPPORT_PASSWORD"])
 	}
 	nats := p.Services["nats-1"].Environment
 	for _, name := range []string{"worker-1", "worker-2"} {
@@ -158,12 +160,15 @@ func TestComposeFile(t *testing.T) {
 // of that user, so setting it (shell or .env) changes all of them.
 func TestComposeNATSPasswordsFromTheEnvironment(t *testing.T) {
 	t.Parallel()
-	_, p := loadCompose(t, "CAPSTAN_NATS_WORKER_PASSWORD=w0rker", "CAPSTAN_NATS_OPERATOR_PASSWORD=0perator", "CAPSTAN_NATS_BACKEND_PASSWORD=backend0")
+	_, p := loadCompose(t, "CAPSTAN_NATS_WORKER_PASSWORD=w0rker", "CAPSTAN_NATS_OPERATOR_PASSWORD=0perator", "CAPSTAN_NATS_BACKEND_PASSWORD=backend0",
+		"CAPSTAN_NATS_TENANT_RESEARCHER_PASSWORD=research0", "CAPSTAN_NATS_TENANT_SUPPORT_PASSWORD=support0")
 	for _, name := range []string{"nats-1", "nats-2", "nats-3"} {
 		env := p.Services[name].Environment
 		require.Equal(t, "w0rker", *env["CAPSTAN_NATS_WORKER_PASSWORD"])
 		require.Equal(t, "0perator", *env["CAPSTAN_NATS_OPERATOR_PASSWORD"])
 		require.Equal(t, "backend0", *env["CAPSTAN_NATS_BACKEND_PASSWORD"])
+		require.Equal(t, "research0", *env["CAPSTAN_NATS_TENANT_RESEARCHER_PASSWORD"])
+		require.Equal(t, "support0", *env["CAPSTAN_NATS_TENANT_SUPPORT_PASSWORD"])
 	}
 	for service, want := range map[string]string{"worker-1": "w0rker", "worker-2": "w0rker", "personalities": "0perator", "dispatcher": "backend0"} {
 		_, pw := natsUsers(t, *p.Services[service].Environment["CAPSTAN_NATS_URL"])

@@ -40,7 +40,13 @@ func (c *Conn) Tail(ctx context.Context, stream string, filters []string, start 
 	default:
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
 	}
-	cons, err := c.js.OrderedConsumer(ctx, stream, cfg)
+	var cons jetstream.Consumer
+	// A refused consumer create (a tenant's filter outside its
+	// personality) fails at once rather than at ctx's end.
+	err = c.den.guard(ctx, apiConsumer(stream), func(ctx context.Context) (err error) {
+		cons, err = c.js.OrderedConsumer(ctx, stream, cfg)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: tail %s %v: %w", stream, filters, err)
 	}

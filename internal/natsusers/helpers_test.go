@@ -28,11 +28,14 @@ var passwords = map[string]string{
 	"worker":   "worker-test-password",
 	"operator": "operator-test-password",
 	"backend":  "backend-test-password",
+	// Tenants: one user per tenant, bound to the personality of its name.
+	"tenant-researcher": "researcher-test-password",
+	"tenant-support":    "support-test-password",
 }
 
 // passwordVar is the environment variable of a user's password.
 func passwordVar(user string) string {
-	return "CAPSTAN_NATS_" + strings.ToUpper(user) + "_PASSWORD"
+	return "CAPSTAN_NATS_" + strings.ToUpper(strings.ReplaceAll(user, "-", "_")) + "_PASSWORD"
 }
 
 // TestMain sets the password variables before any configuration is parsed
@@ -103,10 +106,26 @@ func runWorker(t *testing.T, w *worker.Worker) {
 	})
 }
 
-// newClient connects the Go client as user; closed when the test ends.
+// inboxPrefix is the reply-subject prefix user may subscribe to:
+// _INBOX_<name> for a tenant-<name>, else _INBOX.
+func inboxPrefix(user string) string {
+	if name, ok := strings.CutPrefix(user, "tenant-"); ok {
+		return "_INBOX_" + name
+	}
+	return "_INBOX"
+}
+
+// newClient connects the Go client as user; closed when the test ends. A
+// tenant's client acts under the personality of the tenant's name, with
+// the tenant's inbox prefix.
 func newClient(t *testing.T, url, user string) *client.Client {
 	t.Helper()
-	c, err := client.New(ctxT(t, 30*time.Second), client.Config{NATSURL: as(url, user), Name: user + " " + t.Name()})
+	personality, _ := strings.CutPrefix(user, "tenant-")
+	if personality == user {
+		personality = ""
+	}
+	c, err := client.New(ctxT(t, 30*time.Second), client.Config{NATSURL: as(url, user), Name: user + " " + t.Name(),
+		Personality: personality, InboxPrefix: inboxPrefix(user)})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return c
@@ -115,7 +134,7 @@ func newClient(t *testing.T, url, user string) *client.Client {
 // busConn connects as user with the bus package, as the worker does.
 func busConn(t *testing.T, url, user string) *bus.Conn {
 	t.Helper()
-	c, err := bus.Connect(ctxT(t, 30*time.Second), bus.Config{URL: as(url, user), Name: user + " " + t.Name()})
+	c, err := bus.Connect(ctxT(t, 30*time.Second), bus.Config{URL: as(url, user), Name: user + " " + t.Name(), InboxPrefix: inboxPrefix(user)})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return c
@@ -149,7 +168,7 @@ type rawConn struct {
 func dialRaw(t *testing.T, url, user string) *rawConn {
 	t.Helper()
 	r := &rawConn{errs: make(chan error, 64)}
-	nc, err := nats.Connect(url, nats.UserInfo(user, passwords[user]), nats.Name("raw "+user),
+	nc, err := nats.Connect(url, nats.UserInfo(user, passwords[user]), nats.Name("raw "+user), nats.CustomInboxPrefix(inboxPrefix(user)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case r.errs <- err:

@@ -48,9 +48,9 @@ func TestDeployNATSConfigs(t *testing.T) {
 			require.Equal(t, passwords[u.Username], u.Password, "%s: the password comes from %s", u.Username, passwordVar(u.Username))
 			require.NotNil(t, u.Permissions, u.Username)
 			require.NotEmpty(t, u.Permissions.Publish.Allow, u.Username)
-			require.Equal(t, []string{"_INBOX.>"}, u.Permissions.Subscribe.Allow[:1], u.Username)
+			require.Equal(t, []string{inboxPrefix(u.Username) + ".>"}, u.Permissions.Subscribe.Allow[:1], u.Username)
 		}
-		require.ElementsMatch(t, []string{"worker", "operator", "backend"}, names, name)
+		require.ElementsMatch(t, []string{"worker", "operator", "backend", "tenant-researcher", "tenant-support"}, names, name)
 		if first == nil {
 			first = opts.Users
 			continue
