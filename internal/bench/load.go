@@ -20,7 +20,7 @@ import (
 )
 
 // load is the load generator of one run. Every call gets the id
-// <batch>c<seq>, so its result subject <p>.result.<batch>.<batch>c<seq>
+// <batch>c<seq>, so its result subject <p>.result.<personality>.<batch>.<batch>c<seq>
 // says which call it answers without decoding the body.
 type load struct {
 	conn    *bus.Conn
