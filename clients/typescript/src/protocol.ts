@@ -202,16 +202,19 @@ const encoder = new TextEncoder();
  * (docs/protocol.md, "Decoder errors").
  */
 export function encodeCall(call: Call): Encoded {
+  if (call === null || typeof call !== "object") return { ok: false, error: "invalid call: body must be a JSON object" };
   const wire: Record<string, unknown> = {};
   const put = (k: string, v: unknown) => {
     if (v === undefined || v === null || v === "" || v === 0 || v === false) return;
     wire[k] = v;
   };
-  put("call_id", call.call_id);
+  // call_id, tool, args and session_id are always written, as the Go
+  // client writes them (an empty one is then "must not be empty").
+  wire.call_id = call.call_id ?? "";
   put("batch_id", call.batch_id);
-  put("tool", call.tool);
+  wire.tool = call.tool ?? "";
   wire.args = call.args === undefined ? {} : call.args;
-  put("session_id", call.session_id);
+  wire.session_id = call.session_id ?? "";
   put("session_key", call.session_key);
   put("platform", call.platform);
   put("working_dir", call.working_dir);
