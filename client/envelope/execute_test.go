@@ -58,7 +58,7 @@ func TestExecuteAnthropicTurnThroughARealWorker(t *testing.T) {
 	for _, s := range rec.Ended() {
 		attrs := map[string]string{}
 		for _, kv := range s.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		if id, ok := attrs["messaging.message.id"]; ok {
 			toolCallIDs[id] = attrs["gen_ai.tool.call.id"]
