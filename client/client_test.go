@@ -189,8 +189,12 @@ func TestExecuteParallelThousandCallsInInputOrder(t *testing.T) {
 	for i := range calls {
 		calls[i] = client.Call{Tool: "echo", SessionID: "s", Args: json.RawMessage(`{"text":"call-` + strconv.Itoa(i) + `"}`)}
 	}
-	turn := client.Turn{BatchID: "turn1"}
-	results := c.ExecuteParallel(ctxT(t), turn, calls)
+	// Wait for every result, bounded only by a generous context: a slow
+	// shared machine under -race must not turn into missing results.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	turn := client.Turn{BatchID: "turn1", Wait: -1}
+	results := c.ExecuteParallel(ctx, turn, calls)
 	require.Len(t, results, n)
 	seen := make(map[string]bool)
 	for i, r := range results {
