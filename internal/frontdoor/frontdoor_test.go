@@ -281,9 +281,12 @@ func TestUserProgressBecomesProgressNotifications(t *testing.T) {
 		mu.Unlock()
 		require.Len(t, ps, 2, name)
 		require.Equal(t, "first", ps[0].Message)
-		require.Equal(t, "second (50%)", ps[1].Message)
+		require.Equal(t, "second", ps[1].Message)
 		require.Equal(t, "tok-"+name, ps[0].ProgressToken)
-		require.Less(t, ps[0].Progress, ps[1].Progress, "progress increases")
+		require.Equal(t, float64(1), ps[0].Progress, "without a percentage: the event's seq")
+		require.Zero(t, ps[0].Total)
+		require.Equal(t, float64(50), ps[1].Progress, "with a percentage: percent of 100")
+		require.Equal(t, float64(100), ps[1].Total)
 	}
 	// Without a progressToken nothing is sent.
 	cs := e.stdio(frontdoortest.Alpha, opts("none"))

@@ -2,7 +2,6 @@ package frontdoor
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -28,34 +27,38 @@ type progressRelay struct {
 
 	mu   sync.Mutex
 	done bool
-	seq  int64 // last forwarded seq
+	last float64 // progress value of the last notification sent
 }
 
 // relayProgress starts forwarding the user-audience progress events of call
 // callID to the session as notifications/progress with token. Only the
 // `user` audience is forwarded: internal and dashboard events never leave
-// Capstan. Each notification's progress is the event's seq (which increases
-// per call, as MCP requires of progress), without total; the message is the
-// event's, with its percentage when the tool gave one.
+// Capstan.
+//
+// An event with a percentage p is sent as progress p of total 100; one
+// without, as progress <seq> (the event's sequence number) with no total.
+// MCP requires progress to increase, so an event whose value would not
+// exceed the last one sent (a tool mixing both kinds, or a repeat from a
+// redelivered call) is not forwarded.
 func (p *personalityServer) relayProgress(ctx context.Context, ss *mcp.ServerSession, token any, callID string) (*progressRelay, error) {
-	r := &progressRelay{events: make(chan struct{}, 1)}
+	r := &progressRelay{events: make(chan struct{}, 1), last: -1}
 	// The call's batch is its own id (Submit leaves batch_id empty).
 	tail, err := p.c.Progress(ctx, protocol.AudienceUser, callID, true, func(ev client.Progress) {
 		if ev.CallID != callID {
 			return
 		}
+		n := &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(ev.Seq), Message: ev.Message}
+		if ev.Percent != nil {
+			n.Progress, n.Total = *ev.Percent, 100
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if r.done || ev.Seq <= r.seq {
-			return // after the result, or a repeat from a redelivered call
+		if r.done || n.Progress <= r.last {
+			return
 		}
-		r.seq = ev.Seq
-		msg := ev.Message
-		if ev.Percent != nil {
-			msg = fmt.Sprintf("%s (%g%%)", msg, *ev.Percent)
-		}
+		r.last = n.Progress
 		// ctx routes the notification to the request's response stream.
-		_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(ev.Seq), Message: msg})
+		_ = ss.NotifyProgress(ctx, n)
 		select {
 		case r.events <- struct{}{}:
 		default:
