@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
@@ -199,3 +200,5 @@ func (r *calls) count(tool string) int {
 	}
 	return n
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

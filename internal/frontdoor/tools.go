@@ -183,15 +183,3 @@ func (p *personalityServer) addTool(name, description string, schema json.RawMes
 	p.mcp.AddTool(&mcp.Tool{Name: name, Description: description, InputSchema: schema}, p.callTool)
 	return nil
 }
-
-// tools returns the names listed now, sorted (for tests and logs).
-func (p *personalityServer) tools() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]string, 0, len(p.listed))
-	for name := range p.listed {
-		out = append(out, name)
-	}
-	slices.Sort(out)
-	return out
-}
