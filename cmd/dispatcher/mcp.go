@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -49,6 +50,10 @@ func (a *app) cmdMCP(ctx context.Context, args []string) int {
 		if tokens, err = frontdoor.LoadTokens(*tokensFile); err != nil {
 			a.errorf("mcp: %v", err)
 			return exitUsage
+		}
+		if fi, err := os.Stat(*tokensFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			a.errorf("mcp: warning: tokens file %s may be read by other users (mode %04o); chmod 600 it, and keep it out of every personality's fs_reach",
+				*tokensFile, fi.Mode().Perm())
 		}
 	}
 	cfg, err := loadConfig(a.getenv)

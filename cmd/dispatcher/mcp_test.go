@@ -112,6 +112,15 @@ func TestMCPTokensFileProblemsNameTheFile(t *testing.T) {
 	require.Contains(t, stderr, `unknown field "role"`, "strict decoding")
 }
 
+func TestMCPWarnsAboutAReadableTokensFile(t *testing.T) {
+	t.Parallel()
+	file := writeTokens(t)
+	require.NoError(t, os.Chmod(file, 0o644))
+	code, _, stderr := runT(t, map[string]string{"CAPSTAN_NATS_URL": "nats://127.0.0.1:1"}, "", "mcp", "--http", "127.0.0.1:0", "--tokens", file)
+	require.Equal(t, exitUsage, code, "no server")
+	require.Contains(t, stderr, "capstan: mcp: warning: tokens file "+file+" may be read by other users (mode 0644); chmod 600 it")
+}
+
 // TestMCPStdioCommandServesTheGoSDKClient runs `dispatcher mcp` in-process
 // over pipes against the Go SDK client.
 func TestMCPStdioCommandServesTheGoSDKClient(t *testing.T) {

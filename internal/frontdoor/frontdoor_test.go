@@ -304,32 +304,38 @@ func TestMCPCancellationCancelsTheCall(t *testing.T) {
 	e := newEnv(t, frontdoor.Config{})
 	rec := e.recordCalls()
 	endpoint := e.httpFront()
+	started := make(chan struct{}, 1)
+	opts := &mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+		started <- struct{}{}
+	}}
 	for name, cs := range map[string]*mcp.ClientSession{
-		"stdio": e.stdio(frontdoortest.Alpha, nil),
-		"http":  e.httpSession(endpoint, alphaToken, nil),
+		"stdio": e.stdio(frontdoortest.Alpha, opts),
+		"http":  e.httpSession(endpoint, alphaToken, opts),
 	} {
 		text := "cancel me " + name
 		ctx, cancel := context.WithCancel(ctxT(t))
 		errc := make(chan error, 1)
 		go func() {
-			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": text, "sleep_ms": 60000}})
+			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Meta: mcp.Meta{"progressToken": name},
+				Arguments: map[string]any{"text": text, "sleep_ms": 60000, "progress": []any{map[string]any{"message": "started", "audience": "user"}}}})
 			errc <- err
 		}()
-		var callID string
-		require.Eventually(t, func() bool {
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
-			for _, m := range rec.msgs {
-				if strings.Contains(string(m.call.Args), text) {
-					callID = m.call.CallID
-					return true
-				}
-			}
-			return false
-		}, 10*time.Second, 10*time.Millisecond)
-		time.Sleep(200 * time.Millisecond) // let the worker start it; a cancel before the start works too
+		select {
+		case <-started: // the worker runs the call
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the call did not start", name)
+		}
 		cancel()
 		require.ErrorIs(t, <-errc, context.Canceled)
+		var callID string
+		rec.mu.Lock()
+		for _, m := range rec.msgs {
+			if strings.Contains(string(m.call.Args), text) {
+				callID = m.call.CallID
+			}
+		}
+		rec.mu.Unlock()
+		require.NotEmpty(t, callID)
 		r, err := mustView(t, e.c, frontdoortest.Alpha).Await(ctxT(t), "", callID)
 		require.NoError(t, err)
 		require.False(t, r.OK, name)
