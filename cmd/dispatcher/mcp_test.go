@@ -243,7 +243,7 @@ func TestMCPAgainstTheTypeScriptSDK(t *testing.T) {
 			require.Len(t, out[6].Progress, 1)
 			r := rec.result(t, pool, "cancel me "+tag)
 			require.False(t, r.OK)
-			require.Equal(t, "cancelled: "+frontdoor.CancelReason, r.Error)
+			require.Equal(t, "cancelled: "+frontdoor.CancelReason+": Error: cancelled by the test", r.Error, "the client's reason follows")
 
 			if out[7].Error == "" {
 				denied := callResult(t, out[7])

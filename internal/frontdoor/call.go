@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -27,9 +29,13 @@ const (
 )
 
 // CancelReason is the reason of the Capstan cancel published when an MCP
-// client cancels its tools/call; the call's result is then
-// "execution_failed: cancelled: by MCP client".
+// client cancels its tools/call, followed by ": <the client's reason>" when
+// it gave one; the call's result is then "execution_failed: cancelled: by
+// MCP client[: <reason>]".
 const CancelReason = "by MCP client"
+
+// maxClientReason bounds the client's reason copied into a cancel.
+const maxClientReason = 200
 
 // publishTimeout bounds publishing a call or a cancel request; both run
 // without the request's context so that a request cancelled mid-publish
@@ -44,13 +50,13 @@ var (
 // callTool runs one tools/call as a Capstan call of the session's
 // personality and turns its result into an MCP result.
 //
-// The request's context ends in three ways that mean different things. An
-// MCP cancellation (notifications/cancelled) ends it with cause
-// context.Canceled: the Capstan call is cancelled too. A lost connection
-// (stdin closed, a failed write) ends it with the transport's error as the
-// cause: the Capstan call keeps running and its result stays in the results
-// stream (MetaCallID names it). The front door's own shutdown (Server.Close)
-// likewise leaves the call running.
+// The request's context ends for different reasons that mean different
+// things, and the SDK does not tell them apart, so the transports record
+// MCP cancellations (requests.go). An MCP cancellation
+// (notifications/cancelled) cancels the Capstan call too. A lost connection
+// (stdin closed, a failed write, a closed session) or the front door's
+// shutdown (Server.Close, a signal) leaves the call running: its result
+// stays in the results stream (MetaCallID names it).
 func (p *personalityServer) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	args := bytes.TrimSpace(req.Params.Arguments)
 	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
@@ -58,6 +64,8 @@ func (p *personalityServer) callTool(ctx context.Context, req *mcp.CallToolReque
 	}
 	session := sessionID(req)
 	requestID := requestIDOf(req)
+	key := requestKey{user: tokenUser(tokenInfo(req)), session: session, id: requestID}
+	defer p.front.cancels.take(key) // forget a cancellation that came too late
 	call := client.Call{
 		CallID:        client.NewID(),
 		Tool:          req.Params.Name,
@@ -103,16 +111,11 @@ func (p *personalityServer) callTool(ctx context.Context, req *mcp.CallToolReque
 	case errors.Is(err, errNoResult):
 		log.WarnContext(ctx, "mcp call without result before the wait ended", "wait", p.front.cfg.Wait.String())
 		return toolResult(protocol.Failure(&call, protocol.CodeExecutionFailed, client.ResultMissing)), nil
-	case context.Cause(ctx) == context.Canceled:
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-		defer cancel()
-		if cerr := p.c.Cancel(cctx, call.CallID, CancelReason); cerr != nil {
-			log.ErrorContext(ctx, "MCP client cancelled the request, but the Capstan cancel failed", "error", cerr)
-		} else {
-			log.InfoContext(ctx, "MCP client cancelled the request; Capstan call cancelled")
-		}
-		return nil, ctx.Err()
 	case ctx.Err() != nil || errors.Is(err, errShuttingDown):
+		if reason, cancelled := p.front.cancels.take(key); cancelled && requestID != "" && ctx.Err() != nil {
+			p.cancel(ctx, log, call.CallID, reason)
+			return nil, ctx.Err()
+		}
 		log.InfoContext(ctx, "MCP request ended before its result; the call continues and its result stays in the results stream",
 			"reason", err.Error())
 		return nil, fmt.Errorf("call %s continues, but this request ended: %w", call.CallID, err)
@@ -120,6 +123,25 @@ func (p *personalityServer) callTool(ctx context.Context, req *mcp.CallToolReque
 		log.ErrorContext(ctx, "waiting for the result failed", "error", err)
 		return toolResult(protocol.Failure(&call, protocol.CodeExecutionFailed, "waiting for the result failed: "+err.Error())), nil
 	}
+}
+
+// cancel publishes the Capstan cancel of a call whose MCP client cancelled
+// its request.
+func (p *personalityServer) cancel(ctx context.Context, log *slog.Logger, callID, clientReason string) {
+	reason := CancelReason
+	if clientReason = strings.TrimSpace(clientReason); clientReason != "" {
+		if len(clientReason) > maxClientReason {
+			clientReason = clientReason[:maxClientReason]
+		}
+		reason += ": " + clientReason
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	if err := p.c.Cancel(cctx, callID, reason); err != nil {
+		log.ErrorContext(ctx, "MCP client cancelled the request, but the Capstan cancel failed", "error", err)
+		return
+	}
+	log.InfoContext(ctx, "MCP client cancelled the request; Capstan call cancelled", "reason", reason)
 }
 
 // await waits for the result of the call. It returns errNoResult when
@@ -201,10 +223,15 @@ func SessionKey(tokenName, requestID string) string {
 // tokenName is the name of the bearer token of an HTTP request ("" for
 // stdio).
 func tokenName(req *mcp.CallToolRequest) string {
+	return tokenLabel(tokenInfo(req))
+}
+
+// tokenInfo is the verified bearer token of an HTTP request (nil for stdio).
+func tokenInfo(req *mcp.CallToolRequest) *auth.TokenInfo {
 	if req.Extra == nil {
-		return ""
+		return nil
 	}
-	return tokenLabel(req.Extra.TokenInfo)
+	return req.Extra.TokenInfo
 }
 
 // tokenLabel is the name a verified token carries.

@@ -124,6 +124,9 @@ type Server struct {
 
 	mu          sync.Mutex
 	personality map[string]*personalityServer
+
+	// cancels holds the MCP cancellations seen by the transports (requests.go).
+	cancels cancellations
 }
 
 // New returns a Server for cfg. It starts nothing until ServeStdio or
@@ -154,7 +157,7 @@ func (s *Server) ServeStdio(ctx context.Context, personality string, in io.ReadC
 	if err != nil {
 		return err
 	}
-	t := &stdioTransport{inner: &mcp.IOTransport{Reader: in, Writer: out}, sessionID: "stdio-" + client.NewID()}
+	t := &stdioTransport{inner: &mcp.IOTransport{Reader: in, Writer: out}, sessionID: "stdio-" + client.NewID(), cancels: &s.cancels}
 	if err := p.mcp.Run(ctx, t); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("frontdoor: stdio session: %w", err)
 	}
@@ -187,7 +190,7 @@ func (s *Server) Handler(ctx context.Context, tokens *Tokens) (http.Handler, err
 	})
 	bearer := auth.RequireBearerToken(tokens.verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
 	mux := http.NewServeMux()
-	mux.Handle(Path, bearer(recordRequestID(streamable)))
+	mux.Handle(Path, bearer(s.observe(streamable)))
 	return mux, nil
 }
 

@@ -340,14 +340,14 @@ func TestMCPCancellationCancelsTheCall(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, r.OK, name)
 		require.Equal(t, protocol.CodeExecutionFailed, r.Code)
-		require.Equal(t, "cancelled: "+frontdoor.CancelReason, r.Error)
+		require.True(t, strings.HasPrefix(r.Error, "cancelled: "+frontdoor.CancelReason), r.Error)
 	}
 }
 
-// TestACallOutlivesADroppedConnection checks that cutting the HTTP
+// TestACallOutlivesADroppedHTTPConnection checks that cutting the HTTP
 // connection of a running tools/call does not cancel the Capstan call: its
 // result is stored.
-func TestACallOutlivesADroppedConnection(t *testing.T) {
+func TestACallOutlivesADroppedHTTPConnection(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, frontdoor.Config{})
 	rec := e.recordCalls()
@@ -385,6 +385,55 @@ func TestACallOutlivesADroppedConnection(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r.OK, "%s: %s", r.Code, r.Error)
 	require.Equal(t, "survivor", r.Value)
+}
+
+// TestACallOutlivesADroppedStdioClient checks the same for a stdio client
+// whose pipes are cut (a client process that died), and for the front
+// door's own shutdown.
+func TestACallOutlivesADroppedStdioClientAndShutdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, frontdoor.Config{})
+	rec := e.recordCalls()
+	cs, cut := e.stdioWithPipes(frontdoortest.Alpha, nil)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "dropped", "sleep_ms": 1000}})
+		errc <- err
+	}()
+	dropped := rec.wait(t, "echo").call.CallID
+	cut()
+	require.Error(t, <-errc)
+
+	cs = e.stdio(frontdoortest.Beta, nil)
+	go func() {
+		_, err := cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: frontdoortest.BetaOnly})
+		errc <- err
+	}()
+	require.NoError(t, <-errc)
+	go func() {
+		_, err := cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "shut down", "sleep_ms": 1000}})
+		errc <- err
+	}()
+	var shutDown string
+	require.Eventually(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, m := range rec.msgs {
+			if strings.Contains(string(m.call.Args), "shut down") {
+				shutDown = m.call.CallID
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond)
+	e.front.Close()
+	require.Error(t, <-errc)
+
+	for id, personality := range map[string]string{dropped: frontdoortest.Alpha, shutDown: frontdoortest.Beta} {
+		r, err := mustView(t, e.c, personality).Await(ctxT(t), "", id)
+		require.NoError(t, err)
+		require.True(t, r.OK, "%s: %s", r.Code, r.Error)
+	}
 }
 
 // TestToolListFollowsTheCatalog checks that a tool appearing in and

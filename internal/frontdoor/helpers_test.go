@@ -60,6 +60,14 @@ func newEnv(t *testing.T, cfg frontdoor.Config) *env {
 // pipes; the session ends when the test does.
 func (e *env) stdio(personality string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	e.t.Helper()
+	cs, _ := e.stdioWithPipes(personality, opts)
+	return cs
+}
+
+// stdioWithPipes is stdio, also returning a function that cuts the pipes
+// under the session, as a client process that dies would.
+func (e *env) stdioWithPipes(personality string, opts *mcp.ClientOptions) (*mcp.ClientSession, func()) {
+	e.t.Helper()
 	clientIn, serverOut := io.Pipe()
 	serverIn, clientOut := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -73,7 +81,10 @@ func (e *env) stdio(personality string, opts *mcp.ClientOptions) *mcp.ClientSess
 		cancel()
 		<-done
 	})
-	return cs
+	return cs, func() {
+		_ = clientOut.Close()
+		_ = serverOut.Close()
+	}
 }
 
 // httpFront serves the front door over HTTP with a tokens file giving

@@ -171,3 +171,11 @@ func tokenPersonality(ti *auth.TokenInfo) string {
 	p, _ := ti.Extra[extraPersonality].(string)
 	return p
 }
+
+// tokenUser is the user of a verified token: its entry ("" for none).
+func tokenUser(ti *auth.TokenInfo) string {
+	if ti == nil {
+		return ""
+	}
+	return ti.UserID
+}
