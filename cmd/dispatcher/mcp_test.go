@@ -83,6 +83,16 @@ func TestMCPUsageErrors(t *testing.T) {
 	}
 }
 
+func TestMCPHelp(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := runT(t, nil, "", "mcp", "-h")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, stderr, "Usage: dispatcher mcp [--personality id] | --http <addr> --tokens <file> [--timeout d]")
+	for _, flag := range []string{"-personality", "-http", "-tokens", "-timeout"} {
+		require.Contains(t, stderr, flag)
+	}
+}
+
 func TestMCPTokensFileProblemsNameTheFile(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "tokens.yaml")
