@@ -437,15 +437,26 @@ func TestACallOutlivesADroppedStdioClientAndShutdown(t *testing.T) {
 }
 
 // TestToolListFollowsTheCatalog checks that a tool appearing in and
-// leaving the catalog is listed and unlisted, with tools/list_changed.
+// leaving the catalog is listed and unlisted, with tools/list_changed, over
+// stdio and over HTTP (where the notification travels on the session's GET
+// stream).
 func TestToolListFollowsTheCatalog(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, frontdoor.Config{})
-	changed := make(chan struct{}, 16)
-	cs := e.stdio(frontdoortest.Beta, &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-		changed <- struct{}{}
-	}})
-	require.NotContains(t, toolNames(t, cs), "late")
+	endpoint := e.httpFront()
+	changed := map[string]chan struct{}{"stdio": make(chan struct{}, 16), "http": make(chan struct{}, 16)}
+	opts := func(name string) *mcp.ClientOptions {
+		return &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			changed[name] <- struct{}{}
+		}}
+	}
+	sessions := map[string]*mcp.ClientSession{
+		"stdio": e.stdio(frontdoortest.Beta, opts("stdio")),
+		"http":  e.httpSession(endpoint, betaToken, opts("http")),
+	}
+	for _, cs := range sessions {
+		require.NotContains(t, toolNames(t, cs), "late")
+	}
 	// Beta's toolset does not name "late": store a personality that does.
 	kv, err := e.pool.Conn.KV(ctxT(t), bus.Personalities)
 	require.NoError(t, err)
@@ -458,12 +469,16 @@ func TestToolListFollowsTheCatalog(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tools.Put(ctxT(t), "late", entry)
 	require.NoError(t, err)
-	waitChanged(t, changed)
-	require.Contains(t, toolNames(t, cs), "late")
+	for name, cs := range sessions {
+		waitChanged(t, changed[name])
+		require.Contains(t, toolNames(t, cs), "late", name)
+	}
 
 	require.NoError(t, tools.Delete(ctxT(t), "late"))
-	waitChanged(t, changed)
-	require.NotContains(t, toolNames(t, cs), "late")
+	for name, cs := range sessions {
+		waitChanged(t, changed[name])
+		require.NotContains(t, toolNames(t, cs), "late", name)
+	}
 }
 
 func waitChanged(t *testing.T, changed <-chan struct{}) {
