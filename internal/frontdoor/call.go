@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -34,7 +35,8 @@ const (
 // MCP client[: <reason>]".
 const CancelReason = "by MCP client"
 
-// maxClientReason bounds the client's reason copied into a cancel.
+// maxClientReason bounds the client's reason copied into a cancel, in
+// characters (on one line).
 const maxClientReason = 200
 
 // publishTimeout bounds publishing a call or a cancel request; both run
@@ -129,10 +131,11 @@ func (p *personalityServer) callTool(ctx context.Context, req *mcp.CallToolReque
 // its request.
 func (p *personalityServer) cancel(ctx context.Context, log *slog.Logger, callID, clientReason string) {
 	reason := CancelReason
-	if clientReason = strings.TrimSpace(clientReason); clientReason != "" {
-		if len(clientReason) > maxClientReason {
-			clientReason = clientReason[:maxClientReason]
-		}
+	clientReason = strings.Join(strings.FieldsFunc(clientReason, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }), " ")
+	if r := []rune(clientReason); len(r) > maxClientReason {
+		clientReason = string(r[:maxClientReason])
+	}
+	if clientReason != "" {
 		reason += ": " + clientReason
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
