@@ -89,7 +89,7 @@ func LoadTokens(path string) (*Tokens, error) {
 func ParseTokens(data []byte) (*Tokens, []string) {
 	var doc tokensFile
 	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
-		return nil, []string{strings.TrimPrefix(err.Error(), "error unmarshaling JSON: ")}
+		return nil, []string{strings.Join(strings.Fields(err.Error()), " ")} // one line
 	}
 	if len(doc.Tokens) == 0 {
 		return nil, []string{"tokens: no tokens; a front door without tokens would refuse every request"}
