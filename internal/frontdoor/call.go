@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/capstanhq/capstan/client"
+	"github.com/capstanhq/capstan/client/envelope"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/telemetry"
 )
@@ -169,18 +170,18 @@ func (p *personalityServer) await(ctx context.Context, callID string) (client.Re
 	return client.Result{}, err
 }
 
-// toolResult turns a Capstan result into an MCP tool result: ok → the value
-// as text content (and the structured payload as structuredContent);
-// failure → isError with "<code>: <message>".
+// toolResult turns a Capstan result into an MCP tool result, as
+// client/envelope renders MCP results: ok → the value as text content (and
+// a structured payload that is a JSON object as structuredContent); failure
+// → isError with "<code>: <message>" (envelope.Text).
 func toolResult(r client.Result) *mcp.CallToolResult {
 	meta := mcp.Meta{MetaCallID: r.CallID}
+	out := &mcp.CallToolResult{Meta: meta, IsError: !r.OK, Content: []mcp.Content{&mcp.TextContent{Text: envelope.Text(r)}}}
 	if !r.OK {
 		meta[MetaCode] = string(r.Code)
-		return &mcp.CallToolResult{Meta: meta, IsError: true,
-			Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("%s: %s", r.Code, r.Error)}}}
+		return out
 	}
-	out := &mcp.CallToolResult{Meta: meta, Content: []mcp.Content{&mcp.TextContent{Text: r.Value}}}
-	if s := bytes.TrimSpace(r.Structured); len(s) > 0 && !bytes.Equal(s, []byte("null")) && json.Valid(s) {
+	if s := bytes.TrimSpace(r.Structured); len(s) > 0 && s[0] == '{' && json.Valid(s) {
 		out.StructuredContent = json.RawMessage(s)
 	}
 	return out

@@ -304,13 +304,15 @@ func TestMCPCancellationCancelsTheCall(t *testing.T) {
 	e := newEnv(t, frontdoor.Config{})
 	rec := e.recordCalls()
 	endpoint := e.httpFront()
-	started := make(chan struct{}, 1)
-	opts := &mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
-		started <- struct{}{}
-	}}
+	started := map[string]chan struct{}{"stdio": make(chan struct{}, 1), "http": make(chan struct{}, 1)}
+	opts := func(name string) *mcp.ClientOptions {
+		return &mcp.ClientOptions{ProgressNotificationHandler: func(context.Context, *mcp.ProgressNotificationClientRequest) {
+			started[name] <- struct{}{}
+		}}
+	}
 	for name, cs := range map[string]*mcp.ClientSession{
-		"stdio": e.stdio(frontdoortest.Alpha, opts),
-		"http":  e.httpSession(endpoint, alphaToken, opts),
+		"stdio": e.stdio(frontdoortest.Alpha, opts("stdio")),
+		"http":  e.httpSession(endpoint, alphaToken, opts("http")),
 	} {
 		text := "cancel me " + name
 		ctx, cancel := context.WithCancel(ctxT(t))
@@ -321,21 +323,23 @@ func TestMCPCancellationCancelsTheCall(t *testing.T) {
 			errc <- err
 		}()
 		select {
-		case <-started: // the worker runs the call
+		case <-started[name]: // the worker runs the call
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%s: the call did not start", name)
 		}
 		cancel()
 		require.ErrorIs(t, <-errc, context.Canceled)
 		var callID string
-		rec.mu.Lock()
-		for _, m := range rec.msgs {
-			if strings.Contains(string(m.call.Args), text) {
-				callID = m.call.CallID
+		require.Eventually(t, func() bool {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			for _, m := range rec.msgs {
+				if strings.Contains(string(m.call.Args), text) {
+					callID = m.call.CallID
+				}
 			}
-		}
-		rec.mu.Unlock()
-		require.NotEmpty(t, callID)
+			return callID != ""
+		}, 10*time.Second, 10*time.Millisecond)
 		r, err := mustView(t, e.c, frontdoortest.Alpha).Await(ctxT(t), "", callID)
 		require.NoError(t, err)
 		require.False(t, r.OK, name)
