@@ -36,17 +36,20 @@ func BenchmarkTrim(b *testing.B) {
 }
 
 // BenchmarkRedact is redaction of a 1 KiB value with no resolved secret
-// (echo's case) and with two.
+// (echo's case) and with two, building the Redactor included, and with two
+// by the literal-only code before issue 19.
 func BenchmarkRedact(b *testing.B) {
 	s := strings.Repeat("Capstan runs LLM-agent tool calls at scale. ", 23)
+	two := []string{"s3cr3t-token-value", "another-secret-1234"}
 	for _, tc := range []struct {
 		name    string
+		redact  func(string, []string) string
 		secrets []string
-	}{{"none", nil}, {"two", []string{"s3cr3t-token-value", "another-secret-1234"}}} {
+	}{{"none", Redact, nil}, {"two", Redact, two}, {"two literal only (before)", redactLiteral, two}} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = Redact(s, tc.secrets)
+				_ = tc.redact(s, tc.secrets)
 			}
 		})
 	}

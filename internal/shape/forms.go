@@ -119,7 +119,7 @@ func kindOf(secret string) secretKind {
 // size is about the bytes and the number of the forms of a secret of n
 // bytes of kind k.
 func (k secretKind) size(n int) (bytes, forms int) {
-	bytes, forms = 21*n+8, 10 // value, reverse, hex, base64, every byte %XX, every \uXXXX
+	bytes, forms = 21*n+8, 11 // value, reverse, hex, 6 base64 runs, every byte %XX, every \uXXXX
 	if !k.urlPlain {
 		bytes, forms = bytes+9*n, forms+3
 	}

@@ -3,7 +3,9 @@ package shape
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -121,4 +123,26 @@ func TestPatternCase(t *testing.T) {
 			require.Equal(t, tt.match, tt.p.at(tt.in, 0))
 		})
 	}
+}
+
+// A call with many secrets gets several groups, each with a long step; every
+// secret's forms are still found.
+func TestManySecretsMakeGroups(t *testing.T) {
+	t.Parallel()
+	var secrets []string
+	for i := range 300 {
+		secrets = append(secrets, fmt.Sprintf("secret-%03d/with+odd chars", i))
+	}
+	r := NewRedactor(secrets)
+	require.Greater(t, len(r.groups), 1)
+	for _, g := range r.groups {
+		require.LessOrEqual(t, len(g.pats), maxGroupForms+22)
+		require.GreaterOrEqual(t, g.step, 20)
+	}
+	var in, want []string
+	for _, i := range []int{0, 150, 299} {
+		in = append(in, base64.StdEncoding.EncodeToString([]byte(secrets[i])), hex.EncodeToString([]byte(secrets[i])), url.QueryEscape(secrets[i]))
+		want = append(want, Redacted, Redacted, Redacted)
+	}
+	require.Equal(t, strings.Join(want, " "), r.Redact(strings.Join(in, " ")))
 }

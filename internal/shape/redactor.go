@@ -30,10 +30,16 @@ import (
 // Occurrences that overlap are replaced by one [Redacted], occurrences that
 // touch by one each (see [Redact]).
 type Redactor struct {
-	given   []string // the secrets it was built for, as given
-	short   []string // distinct secrets under MinEncodedLen bytes: literal only
-	spaced  []string // the other secrets and their reverses
-	minLong int      // length of the shortest of those
+	given  []string // the secrets it was built for, as given
+	short  []string // distinct secrets under MinEncodedLen bytes: literal only
+	groups []*group // the others, at most maxGroupForms forms in each group
+}
+
+// group holds the forms of some secrets of MinEncodedLen bytes or more and
+// the filter that finds them.
+type group struct {
+	spaced  []string // the secrets and their reverses
+	minLong int      // length of the shortest secret
 	pats    []pattern
 
 	// The filter: every occurrence of a form of length L is sampled at
@@ -57,6 +63,9 @@ const (
 	hashMul  = 0x9E3779B1
 	// maxEntries keeps entry numbers in a uint16.
 	maxEntries = 1<<16 - 1
+	// maxGroupForms bounds the forms of a group (about 50 secrets), so
+	// that step, at most maxEntries/forms, stays long.
+	maxGroupForms = 1024
 )
 
 type span struct{ start, end int }
@@ -65,36 +74,50 @@ type span struct{ start, end int }
 // duplicates are ignored.
 func NewRedactor(secrets []string) *Redactor {
 	r := &Redactor{given: slices.Clone(secrets)}
-	var fs formSet
-	kinds := make([]secretKind, len(secrets))
-	size, forms := 0, 0
+	var long []string
 	for i, s := range secrets {
-		if len(s) >= MinEncodedLen {
-			kinds[i] = kindOf(s)
-			b, n := kinds[i].size(len(s))
-			size, forms = size+b, forms+n
-		}
-	}
-	fs.arena.Grow(size)
-	fs.pats = make([]pattern, 0, forms)
-	for i, s := range secrets {
-		if s == "" || slices.Contains(secrets[:i], s) {
-			continue
-		}
-		if len(s) < MinEncodedLen {
+		switch {
+		case s == "" || slices.Contains(secrets[:i], s):
+		case len(s) < MinEncodedLen:
 			r.short = append(r.short, s)
-			continue
-		}
-		r.spaced = append(r.spaced, s, fs.add(s, kinds[i]))
-		if r.minLong == 0 || len(s) < r.minLong {
-			r.minLong = len(s)
+		default:
+			long = append(long, s)
 		}
 	}
-	if len(fs.pats) > 0 {
-		r.pats = fs.pats
-		r.index()
+	for len(long) > 0 {
+		var g *group
+		g, long = newGroup(long)
+		r.groups = append(r.groups, g)
 	}
 	return r
+}
+
+// newGroup returns the group of the first secrets of long (distinct, of
+// MinEncodedLen bytes or more) and the secrets left for another group.
+func newGroup(long []string) (*group, []string) {
+	g := &group{}
+	kinds := make([]secretKind, len(long))
+	size, forms, n := 0, 0, 0
+	for i, s := range long {
+		kinds[i] = kindOf(s)
+		b, f := kinds[i].size(len(s))
+		if i > 0 && forms+f > maxGroupForms {
+			break
+		}
+		size, forms, n = size+b, forms+f, i+1
+	}
+	var fs formSet
+	fs.arena.Grow(size)
+	fs.pats = make([]pattern, 0, forms)
+	for i, s := range long[:n] {
+		g.spaced = append(g.spaced, s, fs.add(s, kinds[i]))
+		if g.minLong == 0 || len(s) < g.minLong {
+			g.minLong = len(s)
+		}
+	}
+	g.pats = fs.pats
+	g.index()
+	return g, long[n:]
 }
 
 // With returns a redactor of secrets: r itself when it was built for the
@@ -107,28 +130,28 @@ func (r *Redactor) With(secrets []string) *Redactor {
 	return NewRedactor(secrets)
 }
 
-// index builds the filter over r.pats.
-func (r *Redactor) index() {
-	minLen := len(r.pats[0].text)
-	for _, p := range r.pats {
+// index builds the filter over g.pats.
+func (g *group) index() {
+	minLen := len(g.pats[0].text)
+	for _, p := range g.pats {
 		minLen = min(minLen, len(p.text))
 	}
 	// A smaller step is as good for finding forms, with more samples.
-	r.step = max(1, min(minLen-gram+1, maxEntries/len(r.pats)))
-	n := len(r.pats) * r.step
+	g.step = max(1, min(minLen-gram+1, maxEntries/len(g.pats)))
+	n := len(g.pats) * g.step
 	size := 1 << max(6, bits.Len(uint(2*n))) // a load factor under 1/2
-	r.shift = uint8(32 - bits.TrailingZeros(uint(size)))
-	r.heads = make([]uint16, size)
-	r.keys = make([]uint32, n)
-	r.next = make([]uint16, n)
+	g.shift = uint8(32 - bits.TrailingZeros(uint(size)))
+	g.heads = make([]uint16, size)
+	g.keys = make([]uint32, n)
+	g.next = make([]uint16, n)
 	e := 0
-	for _, p := range r.pats {
-		for off := range r.step {
+	for _, p := range g.pats {
+		for off := range g.step {
 			key := load4(p.text, off) | foldCase
-			h := key * hashMul >> r.shift
-			r.keys[e], r.next[e] = key, r.heads[h]
+			h := key * hashMul >> g.shift
+			g.keys[e], g.next[e] = key, g.heads[h]
 			e++
-			r.heads[h] = uint16(e)
+			g.heads[h] = uint16(e)
 		}
 	}
 }
@@ -154,8 +177,8 @@ func (r *Redactor) Redact(s string) string {
 			off += i + 1 // overlapping occurrences too
 		}
 	}
-	if r.heads != nil {
-		spans = r.scan(s, spans)
+	for _, g := range r.groups {
+		spans = g.scan(s, spans)
 	}
 	if len(spans) == 0 {
 		return s
@@ -163,11 +186,11 @@ func (r *Redactor) Redact(s string) string {
 	return replace(s, spans)
 }
 
-// scan adds the occurrences in s of r.pats and of the letter-spaced long
+// scan adds the occurrences in s of g.pats and of the letter-spaced long
 // secrets to spans.
-func (r *Redactor) scan(s string, spans []span) []span {
-	heads, keys, next := r.heads, r.keys, r.next
-	shift, step := r.shift&31, r.step
+func (g *group) scan(s string, spans []span) []span {
+	heads, keys, next := g.heads, g.keys, g.next
+	shift, step := g.shift&31, g.step
 	runs := spacedRuns{{last: -1}, {last: -1}}
 	// Letter-spaced text is looked for at every other sample: a
 	// letter-spaced secret (2L-1 >= 15 bytes) holds six bytes at a
@@ -181,14 +204,14 @@ func (r *Redactor) scan(s string, spans []span) []span {
 		key := uint32(x) | foldCase
 		for e := heads[key*hashMul>>shift]; e != 0; e = next[e-1] {
 			if keys[e-1] == key {
-				spans = r.verify(s, i, int(e-1), spans)
+				spans = g.verify(s, i, int(e-1), spans)
 			}
 		}
 		if spaced {
 			// Three equal bytes two apart: a cheap test that ordinary
 			// text seldom passes.
 			if d := x ^ x>>16; d&0x00FF00FF == 0 || d&0xFF00FF00 == 0 {
-				spans = r.spacedAt(s, i, x, &runs, spans)
+				spans = g.spacedAt(s, i, x, &runs, spans)
 			}
 		}
 		spaced = !spaced
@@ -198,11 +221,11 @@ func (r *Redactor) scan(s string, spans []span) []span {
 		key := uint32(x) | foldCase
 		for e := heads[key*hashMul>>shift]; e != 0; e = next[e-1] {
 			if keys[e-1] == key {
-				spans = r.verify(s, i, int(e-1), spans)
+				spans = g.verify(s, i, int(e-1), spans)
 			}
 		}
 		if spaced && i+6 <= len(s) {
-			spans = r.spacedAt(s, i, x, &runs, spans)
+			spans = g.spacedAt(s, i, x, &runs, spans)
 		}
 		spaced = !spaced
 	}
@@ -220,7 +243,7 @@ type spacedRuns [2]struct {
 // spacedAt looks for letter-spaced text in the six bytes at i (x holds
 // them, i+6 <= len(s)): three equal bytes two apart, each next to a
 // different one. It searches each run it finds once.
-func (r *Redactor) spacedAt(s string, i int, x uint64, runs *spacedRuns, spans []span) []span {
+func (g *group) spacedAt(s string, i int, x uint64, runs *spacedRuns, spans []span) []span {
 	t, u := x^x>>16, x^x>>8 // byte k: s[i+k]^s[i+k+2], s[i+k]^s[i+k+1]
 	even := t&0x00FF00FF == 0 && u&0x000000FF != 0 && u&0x00FF0000 != 0
 	odd := t&0xFF00FF00 == 0 && u&0x0000FF00 != 0 && u&0xFF000000 != 0
@@ -230,16 +253,16 @@ func (r *Redactor) spacedAt(s string, i int, x uint64, runs *spacedRuns, spans [
 			continue
 		}
 		rn.c = s[sep]
-		spans, rn.first, rn.last = r.letterSpaced(s, sep, spans)
+		spans, rn.first, rn.last = g.letterSpaced(s, sep, spans)
 	}
 	return spans
 }
 
 // verify adds the occurrence of entry e's form that the gram at i would be
 // part of, if it is in s.
-func (r *Redactor) verify(s string, i, e int, spans []span) []span {
-	p := &r.pats[e/r.step]
-	start := i - e%r.step
+func (g *group) verify(s string, i, e int, spans []span) []span {
+	p := &g.pats[e/g.step]
+	start := i - e%g.step
 	end := start + len(p.text)
 	if start < 0 || end > len(s) || !p.at(s, start) {
 		return spans
@@ -256,10 +279,10 @@ func (r *Redactor) verify(s string, i, e int, spans []span) []span {
 	return append(spans, span{start, end})
 }
 
-// letterSpaced adds the occurrences of r.spaced in the letter-spaced run
+// letterSpaced adds the occurrences of g.spaced in the letter-spaced run
 // whose separators are the bytes equal to s[sep] at sep±2k, and returns the
 // positions of the run's first and last separators.
-func (r *Redactor) letterSpaced(s string, sep int, spans []span) (_ []span, first, last int) {
+func (g *group) letterSpaced(s string, sep int, spans []span) (_ []span, first, last int) {
 	c := s[sep]
 	first, last = sep, sep
 	for first >= 2 && s[first-2] == c {
@@ -276,7 +299,7 @@ func (r *Redactor) letterSpaced(s string, sep int, spans []span) (_ []span, firs
 		hi -= 2
 	}
 	k := (hi-lo)/2 + 1
-	if hi < lo || k < r.minLong {
+	if hi < lo || k < g.minLong {
 		return spans, first, last
 	}
 	b := make([]byte, k)
@@ -284,7 +307,7 @@ func (r *Redactor) letterSpaced(s string, sep int, spans []span) (_ []span, firs
 		b[j] = s[lo+2*j]
 	}
 	chars := string(b)
-	for _, sec := range r.spaced {
+	for _, sec := range g.spaced {
 		for off := 0; off+len(sec) <= len(chars); {
 			j := strings.Index(chars[off:], sec)
 			if j < 0 {
