@@ -43,6 +43,23 @@ func (p *pattern) at(s string, i int) bool {
 	return t == p.text || p.fold != foldNone && equalDigitsFold(t, p.text, p.fold)
 }
 
+// occurrence returns what is redacted of the form found in s at start:
+// the form and, for a base64 run, the character on either side that holds
+// bits of the secret and '=' padding.
+func (p *pattern) occurrence(s string, start int) span {
+	end := start + len(p.text)
+	if p.lead && start > 0 && isBase64(s[start-1]) {
+		start--
+	}
+	if p.trail && end < len(s) && isBase64(s[end]) {
+		end++
+		for k := 0; k < 2 && end < len(s) && s[end] == '='; k++ {
+			end++
+		}
+	}
+	return span{start, end}
+}
+
 // equalDigitsFold reports whether t is form but for the case of the
 // hexadecimal digits that fold names.
 func equalDigitsFold(t, form string, fold uint8) bool {

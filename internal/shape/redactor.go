@@ -163,6 +163,15 @@ func (r *Redactor) Redact(s string) string {
 	if r == nil || s == "" {
 		return s
 	}
+	spans := r.find(s)
+	if len(spans) == 0 {
+		return s
+	}
+	return replace(s, spans)
+}
+
+// find returns the occurrences in s of the forms of r's secrets.
+func (r *Redactor) find(s string) []span {
 	var spans []span
 	for _, sec := range r.short {
 		if len(sec) > len(s) {
@@ -180,10 +189,7 @@ func (r *Redactor) Redact(s string) string {
 	for _, g := range r.groups {
 		spans = g.scan(s, spans)
 	}
-	if len(spans) == 0 {
-		return s
-	}
-	return replace(s, spans)
+	return spans
 }
 
 // scan adds the occurrences in s of g.pats and of the letter-spaced long
@@ -263,20 +269,10 @@ func (g *group) spacedAt(s string, i int, x uint64, runs *spacedRuns, spans []sp
 func (g *group) verify(s string, i, e int, spans []span) []span {
 	p := &g.pats[e/g.step]
 	start := i - e%g.step
-	end := start + len(p.text)
-	if start < 0 || end > len(s) || !p.at(s, start) {
+	if start < 0 || start+len(p.text) > len(s) || !p.at(s, start) {
 		return spans
 	}
-	if p.lead && start > 0 && isBase64(s[start-1]) {
-		start--
-	}
-	if p.trail && end < len(s) && isBase64(s[end]) {
-		end++
-		for k := 0; k < 2 && end < len(s) && s[end] == '='; k++ {
-			end++
-		}
-	}
-	return append(spans, span{start, end})
+	return append(spans, p.occurrence(s, start))
 }
 
 // letterSpaced adds the occurrences of g.spaced in the letter-spaced run

@@ -56,6 +56,7 @@ func TestRedactEncodedForms(t *testing.T) {
 		secrets        []string
 	}{
 		{"the attack's base64", "echo: QmVhcmVyIFNFTlRJTkVMU0VDUkVU", "echo: [REDACTED]", []string{sentinel}},
+		{"the attack's base64, the secret after the scheme", "echo: QmVhcmVyIFNFTlRJTkVMU0VDUkVU", "echo: QmVhcmVyI[REDACTED]", []string{"SENTINELSECRET"}},
 		{"literal", "got " + sentinel + "!", "got [REDACTED]!", []string{sentinel}},
 		{"base64 standard", "x " + b64([]byte(odd)) + " y", "x [REDACTED] y", []string{odd}},
 		{"base64 URL", "x " + base64.URLEncoding.EncodeToString([]byte(odd)) + " y", "x [REDACTED] y", []string{odd}},
