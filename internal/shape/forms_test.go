@@ -138,6 +138,7 @@ func TestManySecretsMakeGroups(t *testing.T) {
 	for _, g := range r.groups {
 		require.LessOrEqual(t, len(g.pats), maxGroupForms+22)
 		require.GreaterOrEqual(t, g.step, 20)
+		require.LessOrEqual(t, g.step, maxStep)
 	}
 	var in, want []string
 	for _, i := range []int{0, 150, 299} {
@@ -145,4 +146,20 @@ func TestManySecretsMakeGroups(t *testing.T) {
 		want = append(want, Redacted, Redacted, Redacted)
 	}
 	require.Equal(t, strings.Join(want, " "), r.Redact(strings.Join(in, " ")))
+}
+
+// A long secret (a key file) gets a step of maxStep, not its length: its
+// tables stay small, and its forms are still found.
+func TestLongSecret(t *testing.T) {
+	t.Parallel()
+	key := "-----BEGIN PRIVATE KEY-----\n" + strings.Repeat("MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7", 40) + "\n-----END PRIVATE KEY-----\n"
+	r := NewRedactor([]string{key})
+	require.Len(t, r.groups, 1)
+	require.Equal(t, maxStep, r.groups[0].step)
+	require.LessOrEqual(t, len(r.groups[0].keys), maxStep*len(r.groups[0].pats))
+	js, err := json.Marshal(map[string]string{"key": key})
+	require.NoError(t, err)
+	b64 := base64.RawURLEncoding.EncodeToString([]byte("x" + key)) // the first character holds only bits of "x"
+	in := "a " + b64 + " b " + string(js) + " c " + hex.EncodeToString([]byte(key))
+	require.Equal(t, "a "+b64[:1]+"[REDACTED] b {\"key\":\"[REDACTED]\"} c [REDACTED]", r.Redact(in))
 }

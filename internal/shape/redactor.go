@@ -63,6 +63,9 @@ const (
 	hashMul  = 0x9E3779B1
 	// maxEntries keeps entry numbers in a uint16.
 	maxEntries = 1<<16 - 1
+	// maxStep bounds the step: past it, the entries (forms × step) to
+	// build cost more than the samples (text length / step) saved.
+	maxStep = 64
 	// maxGroupForms bounds the forms of a group (about 50 secrets), so
 	// that step, at most maxEntries/forms, stays long.
 	maxGroupForms = 1024
@@ -136,8 +139,10 @@ func (g *group) index() {
 	for _, p := range g.pats {
 		minLen = min(minLen, len(p.text))
 	}
-	// A smaller step is as good for finding forms, with more samples.
-	g.step = max(1, min(minLen-gram+1, maxEntries/len(g.pats)))
+	// A smaller step is as good for finding forms, with more samples and
+	// fewer entries: a long secret (a key file, a service account) would
+	// otherwise cost tables of 20 entries per byte at every call.
+	g.step = max(1, min(minLen-gram+1, maxStep, maxEntries/len(g.pats)))
 	n := len(g.pats) * g.step
 	size := 1 << max(6, bits.Len(uint(2*n))) // a load factor under 1/2
 	g.shift = uint8(32 - bits.TrailingZeros(uint(size)))
