@@ -19,9 +19,12 @@ import (
 // emitter returns the call's Emit function: it validates the event, applies
 // the internal default audience, numbers it and publishes it on
 // <p>.progress.<audience>.<personality>.<batch>.<call>.
-// Secret values the call resolved are redacted from the message.
+// Secret values the call resolved, and their encoded forms, are redacted
+// from the message.
 func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progress) error {
 	var seq atomic.Int64
+	// The call's redactor, built again only once the call resolved another secret.
+	var red atomic.Pointer[shape.Redactor]
 	batch := call.EffectiveBatchID()
 	return func(p tool.Progress) error {
 		aud := protocol.Audience(cmp.Or(string(p.Audience), string(protocol.AudienceInternal)))
@@ -35,8 +38,10 @@ func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progre
 		if err != nil {
 			return err
 		}
+		r := red.Load().With(secretValues(tc))
+		red.Store(r)
 		ev := protocol.Progress{Type: protocol.ProgressType, CallID: call.CallID, BatchID: batch, ToolName: call.Tool,
-			Message: shape.Redact(p.Message, secretValues(tc)), Percent: p.Percent, Audience: aud, Seq: seq.Add(1), Time: time.Now().UTC()}
+			Message: r.Redact(p.Message), Percent: p.Percent, Audience: aud, Seq: seq.Add(1), Time: time.Now().UTC()}
 		data, err := json.Marshal(ev)
 		if err != nil {
 			return err

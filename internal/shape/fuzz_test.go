@@ -1,11 +1,15 @@
 package shape_test
 
 import (
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
+	"net/url"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -211,6 +215,59 @@ func FuzzStripTemplateTokensIsTheRegexp(f *testing.F) {
 		want := templateTokenRE.ReplaceAllLiteralString(s, shape.StrippedToken)
 		if got := shape.StripTemplateTokens(s); got != want {
 			t.Fatalf("StripTemplateTokens(%q) = %q, the regexp gives %q", s, got, want)
+		}
+	})
+}
+
+// encodedForms returns, computed with the standard library alone, the forms
+// of secret that must not survive redaction, and a text that holds each of
+// them: base64 (four encodings) of pre+secret+post, where the form is the
+// run of characters that hold only bits of secret, hex in both cases,
+// query and path escaping, encoding/json, and the reverse.
+func encodedForms(secret, pre, post string) (forms []string, text string) {
+	js, _ := json.Marshal(secret)
+	rev := []byte(secret)
+	slices.Reverse(rev)
+	h := hex.EncodeToString([]byte(secret))
+	forms = []string{secret, string(rev), h, strings.ToUpper(h), url.QueryEscape(secret), url.PathEscape(secret), string(js[1 : len(js)-1])}
+	parts := slices.Clone(forms)
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
+		e := enc.EncodeToString([]byte(pre + secret + post))
+		first, last := (8*len(pre)+5)/6, 8*(len(pre)+len(secret))/6
+		forms = append(forms, e[first:last])
+		parts = append(parts, e)
+	}
+	return forms, strings.Join(parts, " ")
+}
+
+// FuzzRedactEncodedForms: no form of a secret of MinEncodedLen bytes or
+// more survives redaction, wherever it is, and redaction is idempotent.
+// Forms that could overlap the marker itself (a secret with '[' or ']', or
+// inside "[REDACTED]") are out of scope, as they were for the value.
+func FuzzRedactEncodedForms(f *testing.F) {
+	f.Add("Bearer SENTINELSECRET", "", "", "echo: ", "!")
+	f.Add(`k/ey+<&>"\é=`, "ab", "c", "", "")
+	f.Add("12345678", "\xfb", "\xff\xff", "x", "y")
+	f.Add("\xff\xfe\xfd\xfc\xfb\xfa\xf9\xf8", "", "", "", "")
+	f.Fuzz(func(t *testing.T, secret, pre, post, before, after string) {
+		if len(secret) < shape.MinEncodedLen || strings.ContainsAny(secret+before+after, "[]") {
+			t.Skip()
+		}
+		forms, text := encodedForms(secret, pre, post)
+		for _, form := range forms {
+			if strings.Contains(shape.Redacted, form) {
+				t.Skip()
+			}
+		}
+		in := before + text + after
+		out := shape.Redact(in, []string{secret})
+		for _, form := range forms {
+			if strings.Contains(out, form) {
+				t.Fatalf("form %q of %q survived in %q (from %q)", form, secret, out, in)
+			}
+		}
+		if again := shape.Redact(out, []string{secret}); again != out {
+			t.Fatalf("not idempotent: %q -> %q -> %q", in, out, again)
 		}
 	})
 }
