@@ -54,8 +54,19 @@ func (d *denials) list() []string {
 
 // attach gives the tool exactly the accessors its resolved grant allows.
 func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
+	var sec *scopedsecrets.Accessor
+	if g.Secrets != nil && w.secrets != nil {
+		sec = scopedsecrets.New(g.Secrets, w.secrets, rec.add)
+		tc.Secrets = sec
+	}
 	if g.Network != nil {
-		tc.Fetch = fetch.New(g.Network, fetch.Config{WrapTransport: w.httpTransport}, rec.add)
+		var opts []fetch.Option
+		if sec != nil {
+			// Secrets are injected at egress, by the fetcher, to the hosts
+			// secrets.send_to binds them to (security.md section 4).
+			opts = append(opts, fetch.WithSecrets(scopedsecrets.NewInjection(sec)))
+		}
+		tc.Fetch = fetch.New(g.Network, fetch.Config{WrapTransport: w.httpTransport}, rec.add, opts...)
 	}
 	// A reach that resolved to nothing is no accessor at all, so file tools
 	// answer "Filesystem capability not configured" (tools.md).
@@ -72,9 +83,6 @@ func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
 			reach.Egress = egressProxy{egress.Config{Dialer: fetch.NewDialer(g.Network, fetch.Config{}, rec.add)}}
 		}
 		tc.Process = process.New(g.Process, reach, w.resolver, w.procCfg, rec.add)
-	}
-	if g.Secrets != nil && w.secrets != nil {
-		tc.Secrets = scopedsecrets.New(g.Secrets, w.secrets, rec.add)
 	}
 	if g.Storage != nil {
 		tc.KV = scopedkv.New(w.kv.storage, g.Storage, rec.add)
