@@ -96,7 +96,7 @@ func ParseSecretTemplate(s string) (SecretTemplate, error) {
 }
 
 // ValidateSecretTemplate is ParseSecretTemplate plus a check that every
-// placeholder holds a valid ref (ValidRef): the check for templates an
+// placeholder holds a valid ref (ValidRef) without spaces around it: the check for templates an
 // operator writes (a hosted MCP server's secret_headers), so a typo is
 // reported when the file is read rather than as a denial on every call.
 func ValidateSecretTemplate(s string) error {
@@ -110,6 +110,9 @@ func ValidateSecretTemplate(s string) error {
 			continue
 		}
 		n++
+		if strings.TrimSpace(p.text) != p.text {
+			return templateErr("placeholder %d has spaces around its ref (write {{a/b}}, not {{ a/b }})", n)
+		}
 		if !ValidRef(p.text) {
 			return templateErr("placeholder %d is not a valid secret ref (want segments separated by /, none empty, . or .., and no *)", n)
 		}
