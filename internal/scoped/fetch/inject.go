@@ -145,10 +145,10 @@ func (f *fetcher) prepare(ctx context.Context, req tool.Request, e capability.En
 			values[ref] = v
 			return v, nil
 		})
-		if _, denied := tool.DenialCode(err); denied {
-			return nil, err
-		}
 		if err != nil {
+			if _, denied := tool.DenialCode(err); denied {
+				return nil, err
+			}
 			return nil, &tool.SecretHeaderError{Header: name, Err: err}
 		}
 		if !httpguts.ValidHeaderFieldValue(v) {
