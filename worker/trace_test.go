@@ -41,9 +41,10 @@ func lookupTool() tool.Tool {
 		Name:   "lookup",
 		Schema: json.RawMessage(`{"type":"object","properties":{"url":{"type":"string"},"q":{"type":"string"}},"required":["url","q"]}`),
 		Capabilities: tool.Capabilities{
-			Secrets: []string{"providers/github/*"},
-			Network: &tool.Network{AllowedHosts: []string{"*"}},
-			Process: &tool.Process{AllowedBinaries: []string{"echo"}},
+			Secrets:    []string{"providers/github/*"},
+			SecretsRaw: []string{"providers/github/*"}, // it puts the value in a URL and a process argument
+			Network:    &tool.Network{AllowedHosts: []string{"*"}},
+			Process:    &tool.Process{AllowedBinaries: []string{"echo"}},
 		},
 		Execute: func(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
 			var a struct{ URL, Q string }
