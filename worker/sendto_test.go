@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/tools/web"
 	"github.com/capstanhq/capstan/tool"
@@ -177,4 +178,46 @@ func TestToolNeverHoldsAnInjectedSecret(t *testing.T) {
 	require.False(t, got.BodyHoldsValue, "the response the tool got was already redacted")
 	require.Equal(t, "SECRET_NOT_DECLARED: requested secret may only be sent by the fetch accessor; "+
 		"the tool must declare it under secrets_raw to read its value", got.RawError)
+}
+
+// TestSecretsRawInCatalogAndPipeline: a tool that declares secrets_raw
+// reads the value (redacted on the way out), and the catalog shows which
+// refs a tool may hold, for a reviewer.
+func TestSecretsRawInCatalogAndPipeline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.putPersonality("sender", sendToPersonality("sender", ""))
+	signer := tool.Tool{
+		Name:         "signer",
+		Capabilities: tool.Capabilities{Secrets: []string{"http/*"}, SecretsRaw: []string{"http/api/token"}},
+		Execute: func(ctx context.Context, _ json.RawMessage, tc *tool.Context) (tool.Result, error) {
+			v, err := tc.Secrets.Secret(ctx, "http/api/token")
+			if err != nil {
+				return tool.Result{}, err
+			}
+			_, otherErr := tc.Secrets.Secret(ctx, "http/other")
+			return tool.OK(fmt.Sprintf("signed with %s (%d bytes); other: %v", v, len(v), otherErr)), nil
+		},
+	}
+	e.start(worker.Config{Getenv: func(k string) string { return sendToEnv[k] }}, signer, web.HTTPRequest())
+
+	kv, err := e.conn.KV(ctxT(t), bus.Tools)
+	require.NoError(t, err)
+	for name, want := range map[string]string{
+		"signer":            `{"secrets":["http/*"],"secrets_raw":["http/api/token"]}`,
+		web.HTTPRequestName: `{"network":{"allowed_hosts":["*"]},"secrets":["http/*"]}`,
+	} {
+		entry, found, err := kv.Get(ctxT(t), name)
+		require.NoError(t, err)
+		require.True(t, found, name)
+		var ce protocol.CatalogEntry
+		require.NoError(t, json.Unmarshal(entry.Value, &ce))
+		require.JSONEq(t, want, string(ce.Capabilities), name)
+	}
+
+	e.call(protocol.Call{CallID: "sig", Tool: "signer", PersonalityID: "sender"})
+	r := e.result("sig", "sig")
+	require.True(t, r.OK, r.Error)
+	require.Equal(t, fmt.Sprintf("signed with [REDACTED] (%d bytes); other: SECRET_NOT_DECLARED: requested secret may only be sent "+
+		"by the fetch accessor; the tool must declare it under secrets_raw to read its value", len(sendToValue)), r.Value)
 }
