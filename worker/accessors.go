@@ -21,6 +21,7 @@ import (
 	scopedsecrets "github.com/capstanhq/capstan/internal/scoped/secrets"
 	"github.com/capstanhq/capstan/internal/secrets"
 	"github.com/capstanhq/capstan/tool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // denials records the capability denials raised while a call runs, by
@@ -64,7 +65,8 @@ func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
 		if sec != nil {
 			// Secrets are injected at egress, by the fetcher, to the hosts
 			// secrets.send_to binds them to (security.md section 4).
-			opts = append(opts, fetch.WithSecrets(scopedsecrets.NewInjection(sec)))
+			inj := tracedInjection{next: scopedsecrets.NewInjection(sec), tracer: w.obs.tracer}
+			opts = append(opts, fetch.WithSecrets(inj))
 		}
 		tc.Fetch = fetch.New(g.Network, fetch.Config{WrapTransport: w.httpTransport}, rec.add, opts...)
 	}
@@ -87,6 +89,25 @@ func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
 	if g.Storage != nil {
 		tc.KV = scopedkv.New(w.kv.storage, g.Storage, rec.add)
 	}
+}
+
+// tracedInjection gives every resolution of a secret the fetcher injects
+// a "resolve secret" span, as tracedSecrets does for raw reads.
+type tracedInjection struct {
+	next   *scopedsecrets.Injection
+	tracer trace.Tracer
+}
+
+func (t tracedInjection) CheckDestination(ref string, e capability.Endpoint) error {
+	return t.next.CheckDestination(ref, e)
+}
+
+func (t tracedInjection) Resolve(ctx context.Context, ref string) (string, error) {
+	ctx, span := t.tracer.Start(ctx, "resolve secret", trace.WithSpanKind(trace.SpanKindInternal))
+	defer span.End()
+	v, err := t.next.Resolve(ctx, ref)
+	endSecretSpan(span, err)
+	return v, err
 }
 
 // egressProxy serves one call's egress proxy (process.Egress).

@@ -12,11 +12,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/telemetry/telemetrytest"
 	"github.com/capstanhq/capstan/internal/tools/web"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker"
@@ -145,6 +148,7 @@ func TestToolNeverHoldsAnInjectedSecret(t *testing.T) {
 	e := newEnv(t)
 	srv := newAuthServer(t)
 	e.putPersonality("sender", sendToPersonality("sender", srv.port))
+	wtp, spans := telemetrytest.Tracing(t)
 	probe := tool.Tool{
 		Name: "probe",
 		Capabilities: tool.Capabilities{
@@ -164,7 +168,7 @@ func TestToolNeverHoldsAnInjectedSecret(t *testing.T) {
 			}}, nil
 		},
 	}
-	e.start(worker.Config{Getenv: func(k string) string { return sendToEnv[k] }}, probe)
+	e.start(worker.Config{Getenv: func(k string) string { return sendToEnv[k] }, TracerProvider: wtp}, probe)
 	e.call(protocol.Call{CallID: "p1", Tool: "probe", PersonalityID: "sender"})
 	r := e.result("p1", "p1")
 	require.True(t, r.OK, r.Error)
@@ -178,6 +182,27 @@ func TestToolNeverHoldsAnInjectedSecret(t *testing.T) {
 	require.False(t, got.BodyHoldsValue, "the response the tool got was already redacted")
 	require.Equal(t, "SECRET_NOT_DECLARED: requested secret may only be sent by the fetch accessor; "+
 		"the tool must declare it under secrets_raw to read its value", got.RawError)
+
+	// The injected resolution has its span, under the tool's, and no span
+	// holds the value.
+	var exec sdktrace.ReadOnlySpan
+	require.Eventually(t, func() bool {
+		for _, s := range spans.Ended() {
+			if s.Name() == "execute_tool probe" {
+				exec = s
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 10*time.Millisecond)
+	var resolutions []string // error.type of each "resolve secret" child, "" when it succeeded
+	for _, s := range spans.Ended() {
+		if s.Name() == "resolve secret" && s.Parent().SpanID() == exec.SpanContext().SpanID() {
+			resolutions = append(resolutions, attr(s, "error.type"))
+		}
+	}
+	require.ElementsMatch(t, []string{"", "SECRET_NOT_DECLARED"}, resolutions, "the injection and the refused raw read")
+	requireClean(t, spans.Ended(), sendToValue)
 }
 
 // TestSecretsRawInCatalogAndPipeline: a tool that declares secrets_raw
