@@ -102,6 +102,10 @@ func (t tracedInjection) CheckDestination(ref string, e capability.Endpoint) err
 	return t.next.CheckDestination(ref, e)
 }
 
+func (t tracedInjection) CheckCarried(e capability.Endpoint, parts ...string) error {
+	return t.next.CheckCarried(e, parts...)
+}
+
 func (t tracedInjection) Resolve(ctx context.Context, ref string) (string, error) {
 	ctx, span := t.tracer.Start(ctx, "resolve secret", trace.WithSpanKind(trace.SpanKindInternal))
 	defer span.End()

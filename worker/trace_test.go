@@ -111,6 +111,7 @@ safety:
   network:
     allow: ["127.0.0.1:*"]
     allow_private_urls: true
+secrets: {send_to: {"providers/github/*": ["127.0.0.1:*"]}}
 process: {allow: [echo]}
 `)
 	wtp, wrec := telemetrytest.Tracing(t)

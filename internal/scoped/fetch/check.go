@@ -145,6 +145,12 @@ func (t checkedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	if err := t.f.checkCarried(req, e); err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
 	header, err := t.f.headerFor(req.Context(), req.Header, e)
 	if err != nil {
 		if req.Body != nil {

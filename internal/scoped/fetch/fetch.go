@@ -39,7 +39,10 @@
 // another host the secret is bound to (a redirect chain that left the
 // origin is steered by someone else, who must not get to choose an
 // authenticated request). Every injected value is replaced by [REDACTED] in
-// the response the tool gets.
+// the response the tool gets. A secret value the call resolved (a tool
+// that read it raw, under secrets_raw) found literally in the URL, a
+// header or the body of any request is held to the same bindings
+// (checkCarried), so the tool cannot send it elsewhere through the fetcher.
 //
 // No proxy from the environment is used, and keep-alives are off so that
 // every request of a call goes through the dial-time check.
@@ -210,8 +213,15 @@ func (f *fetcher) fetch(ctx context.Context, req tool.Request) (*tool.Response, 
 	if err != nil {
 		return nil, err
 	}
-	if inj != nil {
-		hreq = hreq.WithContext(context.WithValue(ctx, injectionKey{}, inj))
+	if inj != nil || (f.secrets != nil && len(req.Body) > 0) {
+		rctx := ctx
+		if inj != nil {
+			rctx = context.WithValue(rctx, injectionKey{}, inj)
+		}
+		if f.secrets != nil && len(req.Body) > 0 {
+			rctx = context.WithValue(rctx, bodyKey{}, req.Body)
+		}
+		hreq = hreq.WithContext(rctx)
 	}
 	for k, vs := range req.Header {
 		for _, v := range vs {

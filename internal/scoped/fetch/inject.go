@@ -7,6 +7,7 @@ import (
 	"errors"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -26,6 +27,10 @@ type Secrets interface {
 	CheckDestination(ref string, e capability.Endpoint) error
 	// Resolve returns the value of ref and records it for redaction.
 	Resolve(ctx context.Context, ref string) (string, error)
+	// CheckCarried returns a SECRET_DESTINATION denial when a value the
+	// call resolved appears in parts (a request's URL, header values and
+	// body) and its ref is not bound to e.
+	CheckCarried(e capability.Endpoint, parts ...string) error
 }
 
 // Option configures one fetcher.
@@ -176,6 +181,31 @@ func (f *fetcher) checkDestinations(refs []string, e capability.Endpoint) error 
 		}
 	}
 	return nil
+}
+
+// bodyKey carries the request body of one Fetch to the transport, for
+// checkCarried on every hop that resends it.
+type bodyKey struct{}
+
+// checkCarried refuses a request to e whose URL, header values (the
+// caller's, not the injected ones) or body hold a secret value the call
+// resolved, when the secret's ref is not bound to e: a tool that read a
+// value raw (secrets_raw) is held to the same destinations as injection.
+func (f *fetcher) checkCarried(req *http.Request, e capability.Endpoint) error {
+	if f.secrets == nil {
+		return nil
+	}
+	parts := []string{req.URL.String(), req.URL.Path}
+	if q, err := url.QueryUnescape(req.URL.RawQuery); err == nil {
+		parts = append(parts, q)
+	}
+	for _, vs := range req.Header {
+		parts = append(parts, vs...)
+	}
+	if body, _ := req.Context().Value(bodyKey{}).([]byte); len(body) > 0 && req.Body != nil && req.Body != http.NoBody {
+		parts = append(parts, string(body))
+	}
+	return f.secrets.CheckCarried(e, parts...)
 }
 
 // headerFor returns the header to send to e: h itself, or a copy with the

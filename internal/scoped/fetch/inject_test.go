@@ -115,13 +115,20 @@ func newInjectEnv(t *testing.T, declared ...string) *injectEnv {
 	if declared == nil {
 		declared = []string{"http/*"}
 	}
+	return newInjectEnvRaw(t, declared, nil)
+}
+
+// newInjectEnvRaw is newInjectEnv for a tool that also declares raw the
+// refs matching raw.
+func newInjectEnvRaw(t *testing.T, declared, raw []string) *injectEnv {
+	t.Helper()
 	dest, err := capability.NewSecretDestinations(map[string][]string{
 		"http/api/*": {"a.test:*", "b.test:*"},
 		"http/bad":   {"a.test:*"},
 	})
 	require.NoError(t, err)
 	b := &countingBackend{}
-	a := scopedsecrets.New(&capability.RefGrant{Declared: declared, Destinations: dest}, b, nil)
+	a := scopedsecrets.New(&capability.RefGrant{Declared: declared, Raw: raw, Destinations: dest}, b, nil)
 	e := newEnv(t, envOpts{
 		declared: []string{"*"},
 		policy:   capability.NetworkPolicy{Allow: []string{"*.test:*"}, AllowPrivateURLs: true},
@@ -373,5 +380,62 @@ func TestValidateSecretHeader(t *testing.T) {
 		err := ValidateSecretHeader(tt.name, tt.template)
 		require.EqualError(t, err, tt.want, tt.name)
 		require.False(t, strings.Contains(err.Error(), "a/../b"))
+	}
+}
+
+// TestRawValueHeldToItsBindings: a tool that read a secret raw
+// (secrets_raw) cannot send it, in the URL, a header or the body, to a
+// host its ref is not bound to, on the first request or on a redirect hop.
+func TestRawValueHeldToItsBindings(t *testing.T) {
+	t.Parallel()
+	to := func(from, target string) string { return from + "/to?u=" + url.QueryEscape(target) }
+	tests := []struct {
+		name    string
+		req     func(bound, unbound string) tool.Request
+		wantErr bool // else the request is sent
+		reached int  // requests the server saw
+	}{
+		{name: "header to a bound host", req: func(bound, _ string) tool.Request {
+			return tool.Request{URL: bound + "/echo", Header: map[string][]string{"X-Sig": {tokenValue}}}
+		}, reached: 1},
+		{name: "header to an unbound host", req: func(_, unbound string) tool.Request {
+			return tool.Request{URL: unbound + "/echo", Header: map[string][]string{"X-Sig": {"v1=" + tokenValue}}}
+		}, wantErr: true},
+		{name: "query to an unbound host", req: func(_, unbound string) tool.Request {
+			return tool.Request{URL: unbound + "/echo?key=" + url.QueryEscape(tokenValue)}
+		}, wantErr: true},
+		{name: "path to an unbound host", req: func(_, unbound string) tool.Request {
+			return tool.Request{URL: unbound + "/k/" + tokenValue}
+		}, wantErr: true},
+		{name: "body to an unbound host", req: func(_, unbound string) tool.Request {
+			return tool.Request{Method: "POST", URL: unbound + "/echo", Body: []byte(`{"key":"` + tokenValue + `"}`)}
+		}, wantErr: true},
+		{name: "query across a redirect to an unbound host", req: func(bound, unbound string) tool.Request {
+			return tool.Request{URL: to(bound, unbound+"/echo?key="+tokenValue)}
+		}, wantErr: true, reached: 1},
+		{name: "body across a 307 to an unbound host", req: func(bound, unbound string) tool.Request {
+			return tool.Request{Method: "POST", URL: bound + "/307?u=" + url.QueryEscape(unbound+"/echo"), Body: []byte(tokenValue)}
+		}, wantErr: true, reached: 1},
+		{name: "no secret in the request", req: func(_, unbound string) tool.Request {
+			return tool.Request{URL: unbound + "/echo", Header: map[string][]string{"X-Sig": {"nothing"}}}
+		}, reached: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newRecordingServer(t)
+			e := newInjectEnvRaw(t, []string{"http/*"}, []string{"http/api/*"})
+			v, err := e.accessor.Secret(t.Context(), "http/api/token")
+			require.NoError(t, err)
+			require.Equal(t, tokenValue, v)
+			_, err = e.fetch(t, tt.req(s.url("a.test", ""), s.url("c.test", "")))
+			if tt.wantErr {
+				require.EqualError(t, err, "SECRET_DESTINATION: this secret may not be sent to c.test:"+s.port)
+				require.Equal(t, []error{err}, e.deniedErrs())
+			} else {
+				require.NoError(t, err)
+			}
+			require.Len(t, s.requests(), tt.reached)
+		})
 	}
 }

@@ -92,3 +92,35 @@ func TestInjection(t *testing.T) {
 
 	require.Nil(t, secrets.NewInjection(nil))
 }
+
+func TestCheckCarried(t *testing.T) {
+	t.Parallel()
+	dest, err := capability.NewSecretDestinations(map[string][]string{"providers/github/*": {"api.github.com"}})
+	require.NoError(t, err)
+	b := mapBackend{values: map[string]string{
+		"providers/github/token": "ghp_long_value_1",
+		"providers/gitlab/token": "glpat_long_value_2",
+		"providers/short":        "short",
+	}}
+	g := &capability.RefGrant{Declared: []string{"providers/*"}, Raw: []string{"providers/*"}, Destinations: dest}
+	a := secrets.New(g, b, nil)
+	inj := secrets.NewInjection(a)
+	github, err := capability.ParseEndpoint("https", "api.github.com", 0)
+	require.NoError(t, err)
+	evil, err := capability.ParseEndpoint("https", "evil.example", 0)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	require.NoError(t, inj.CheckCarried(evil, "ghp_long_value_1"), "nothing resolved yet: nothing to look for")
+	for _, ref := range []string{"providers/github/token", "providers/gitlab/token", "providers/short"} {
+		_, err := a.Secret(ctx, ref)
+		require.NoError(t, err)
+	}
+	require.NoError(t, inj.CheckCarried(github, "https://api.github.com/?t=ghp_long_value_1"), "bound host")
+	err = inj.CheckCarried(evil, "a", "Bearer ghp_long_value_1")
+	require.EqualError(t, err, "SECRET_DESTINATION: this secret may not be sent to evil.example")
+	require.ErrorIs(t, err, tool.ErrSecretDestination)
+	require.ErrorIs(t, inj.CheckCarried(github, "x glpat_long_value_2 y"), tool.ErrSecretDestination, "a ref bound nowhere")
+	require.NoError(t, inj.CheckCarried(evil, "short", "nothing secret here"), "values under 8 bytes are not looked for")
+	require.NoError(t, inj.CheckCarried(evil))
+}

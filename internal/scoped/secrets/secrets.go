@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/capstanhq/capstan/internal/capability"
@@ -34,6 +35,7 @@ type Accessor struct {
 	mu       sync.Mutex
 	resolved []string
 	seen     map[string]struct{}
+	byRef    map[string]string // every ref resolved so far → its value
 }
 
 var _ tool.Secrets = (*Accessor)(nil)
@@ -43,7 +45,7 @@ var _ tool.Secrets = (*Accessor)(nil)
 // nil, is called with every denial before it is returned (for audit and
 // metrics).
 func New(g *capability.RefGrant, b secrets.Backend, onDeny func(error)) *Accessor {
-	return &Accessor{grant: g, backend: b, onDeny: onDeny, seen: make(map[string]struct{})}
+	return &Accessor{grant: g, backend: b, onDeny: onDeny, seen: make(map[string]struct{}), byRef: make(map[string]string)}
 }
 
 // Secret returns the raw value of ref, for a tool that declared it under
@@ -85,16 +87,17 @@ func (a *Accessor) resolve(ctx context.Context, ref string) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("resolve secret: %w", err)
 	}
-	a.remember(v)
+	a.remember(ref, v)
 	return v, nil
 }
 
-func (a *Accessor) remember(v string) {
+func (a *Accessor) remember(ref, v string) {
 	if v == "" {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.byRef[ref] = v
 	if _, ok := a.seen[v]; ok {
 		return
 	}
@@ -144,4 +147,39 @@ func (i *Injection) Resolve(ctx context.Context, ref string) (string, error) {
 		return "", err
 	}
 	return i.a.resolve(ctx, ref)
+}
+
+// MinCarriedLen is the shortest resolved value CheckCarried looks for:
+// shorter ones would match ordinary text by chance.
+const MinCarriedLen = 8
+
+// CheckCarried returns nil unless a value this call resolved (read raw by
+// the tool, or injected), of at least MinCarriedLen bytes, appears
+// literally in one of parts (the URL, header values and body of a request
+// to e) while its ref is not bound to e by secrets.send_to; then it
+// returns that ref's denial, "SECRET_DESTINATION: this secret may not be
+// sent to <host>". It lets the fetch accessor hold a tool that declared a
+// ref under secrets_raw to the same destinations as injection. Encoded
+// forms of a value (base64, hex, ...) are not looked for.
+func (i *Injection) CheckCarried(e capability.Endpoint, parts ...string) error {
+	i.a.mu.Lock()
+	defer i.a.mu.Unlock()
+	for ref, v := range i.a.byRef {
+		if len(v) < MinCarriedLen || !containsAny(parts, v) {
+			continue
+		}
+		if err := i.a.grant.CheckDestination(ref, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func containsAny(parts []string, v string) bool {
+	for _, p := range parts {
+		if strings.Contains(p, v) {
+			return true
+		}
+	}
+	return false
 }
