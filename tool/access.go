@@ -16,7 +16,9 @@ import (
 // in the Response by "[REDACTED]", so the tool never holds it. Refusals:
 // SECRET_NOT_DECLARED for a ref the tool's grant does not allow,
 // SECRET_DESTINATION ("this secret may not be sent to <host>") for an unbound
-// host, both before anything is sent.
+// host, both before anything is sent. A value the tool read raw
+// (Capabilities.SecretsRaw) and put in a request's URL, headers or body is
+// held to the same bindings.
 type Fetcher interface {
 	Fetch(ctx context.Context, req Request) (*Response, error)
 }
