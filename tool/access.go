@@ -8,6 +8,17 @@ import (
 
 // Fetcher performs HTTP requests to the resolved host set only. Every redirect
 // hop is checked again; private and metadata addresses are refused at dial time.
+//
+// Secrets are injected at egress (Request.SecretHeaders): the fetcher
+// resolves them, sends them only to the request's first origin when the
+// personality binds every ref to that host (secrets.send_to), drops them from
+// any redirect hop that leaves that origin, and replaces each injected value
+// in the Response by "[REDACTED]", so the tool never holds it. Refusals:
+// SECRET_NOT_DECLARED for a ref the tool's grant does not allow,
+// SECRET_DESTINATION ("this secret may not be sent to <host>") for an unbound
+// host, both before anything is sent. A value the tool read raw
+// (Capabilities.SecretsRaw) and put in a request's URL, headers or body is
+// held to the same bindings.
 type Fetcher interface {
 	Fetch(ctx context.Context, req Request) (*Response, error)
 }
@@ -18,6 +29,14 @@ type Request struct {
 	URL    string
 	Header map[string][]string
 	Body   []byte
+	// SecretHeaders maps a header name to a template whose {{ref}}
+	// placeholders the fetcher replaces by secret values when it sends the
+	// request, such as {"Authorization": "Bearer {{http/github/token}}"}.
+	// A template is literal text and one or more placeholders "{{" ref "}}"
+	// (the ref exactly, no spaces); the literal text may not contain "{{",
+	// "}}" or control characters. A name may not also be set in Header.
+	// Problems are a *SecretHeaderError or a SECRET_* denial; see Fetcher.
+	SecretHeaders map[string]string
 }
 
 // Response is a capped HTTP response.

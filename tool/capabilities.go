@@ -5,17 +5,28 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Capabilities declares, as data, every external surface a tool touches. The
 // zero value touches nothing. JSON names follow capabilities.md.
 type Capabilities struct {
 	Network *Network `json:"network,omitempty"`
-	// Secrets lists secret refs; "prefix/*" grants every ref below prefix/.
+	// Secrets lists the secret refs the tool may use; "prefix/*" grants
+	// every ref below prefix/. A ref listed here only can be sent by the
+	// fetch accessor (Request.SecretHeaders) to a host the personality
+	// binds it to; the tool itself never sees its value.
 	Secrets []string `json:"secrets,omitempty"`
-	Storage *Storage `json:"storage,omitempty"`
-	FSReach *FSReach `json:"fs_reach,omitempty"`
-	Process *Process `json:"process,omitempty"`
+	// SecretsRaw lists the refs, among those of Secrets, whose value the
+	// tool reads itself through Context.Secrets (a child process's
+	// environment, a signature it computes). Every entry must be covered
+	// by an entry of Secrets. Leave it empty when the tool only sends
+	// secrets over HTTP.
+	SecretsRaw []string `json:"secrets_raw,omitempty"`
+	Storage    *Storage `json:"storage,omitempty"`
+	FSReach    *FSReach `json:"fs_reach,omitempty"`
+	Process    *Process `json:"process,omitempty"`
 }
 
 // Network declares the hosts a tool may fetch.
@@ -104,7 +115,7 @@ type Process struct {
 
 // IsZero reports whether the tool declares nothing external.
 func (c Capabilities) IsZero() bool {
-	return c.Network == nil && len(c.Secrets) == 0 && c.Storage == nil && c.FSReach == nil && c.Process == nil
+	return c.Network == nil && len(c.Secrets) == 0 && len(c.SecretsRaw) == 0 && c.Storage == nil && c.FSReach == nil && c.Process == nil
 }
 
 // Validate checks the shape of the declaration.
@@ -116,6 +127,14 @@ func (c Capabilities) Validate() error {
 	for _, s := range c.Secrets {
 		if s == "" {
 			errs = append(errs, errors.New("capabilities.secrets must not contain an empty ref"))
+		}
+	}
+	for _, s := range c.SecretsRaw {
+		switch {
+		case s == "":
+			errs = append(errs, errors.New("capabilities.secrets_raw must not contain an empty ref"))
+		case !slices.ContainsFunc(c.Secrets, func(p string) bool { return refPatternCovers(p, s) }):
+			errs = append(errs, fmt.Errorf("capabilities.secrets_raw entry %q is not covered by capabilities.secrets", s))
 		}
 	}
 	if c.Storage != nil {
@@ -138,4 +157,20 @@ func (c Capabilities) Validate() error {
 		errs = append(errs, errors.New("capabilities.process.allowed_binaries must list at least one binary"))
 	}
 	return errors.Join(errs...)
+}
+
+// refPatternCovers reports whether every ref the secret pattern q matches is
+// matched by the pattern p ("*", "a/*" or an exact ref): the check that a
+// secrets_raw entry lies inside the secrets declaration. It compares the
+// patterns as written; malformed refs are refused when the grant checks
+// them.
+func refPatternCovers(p, q string) bool {
+	switch {
+	case p == "*" || p == q:
+		return true
+	case q == "*":
+		return false
+	}
+	prefix, ok := strings.CutSuffix(p, "/*")
+	return ok && strings.HasPrefix(q, prefix+"/")
 }

@@ -2,6 +2,7 @@ package tool
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 )
 
@@ -11,6 +12,10 @@ var (
 	ErrHostNotAllowed    = errors.New("HOST_NOT_ALLOWED")
 	ErrPathNotReachable  = errors.New("PATH_NOT_REACHABLE")
 	ErrSecretNotDeclared = errors.New("SECRET_NOT_DECLARED")
+	// ErrSecretDestination refuses a request that would send a secret to a
+	// host the personality's secrets.send_to does not bind it to:
+	// "SECRET_DESTINATION: this secret may not be sent to <host>".
+	ErrSecretDestination = errors.New("SECRET_DESTINATION")
 	ErrBinaryNotAllowed  = errors.New("BINARY_NOT_ALLOWED")
 	ErrEnvNotAllowed     = errors.New("ENV_NOT_ALLOWED")
 	ErrKVKeyInvalid      = errors.New("KV_KEY_INVALID")
@@ -46,13 +51,40 @@ func DenialCode(err error) (string, bool) {
 	if errors.As(err, &d) {
 		return d.Kind.Error(), true
 	}
-	for _, s := range []error{ErrHostNotAllowed, ErrPathNotReachable, ErrSecretNotDeclared, ErrBinaryNotAllowed, ErrEnvNotAllowed, ErrKVKeyInvalid} {
+	for _, s := range []error{ErrHostNotAllowed, ErrPathNotReachable, ErrSecretNotDeclared, ErrSecretDestination, ErrBinaryNotAllowed, ErrEnvNotAllowed, ErrKVKeyInvalid} {
 		if errors.Is(err, s) || strings.HasPrefix(err.Error(), s.Error()+": ") {
 			return s.Error(), true
 		}
 	}
 	return "", false
 }
+
+// ErrSecretValueInvalid is wrapped by the *SecretHeaderError of a secret
+// header whose resolved value cannot be sent in an HTTP header (it holds a
+// line break, NUL or another control character). The message never holds
+// the value.
+var ErrSecretValueInvalid = errors.New("the secret's value cannot be sent in an HTTP header: it contains a line break, NUL or another control character")
+
+// SecretHeaderError reports a secret header of a Request (Request.SecretHeaders)
+// that could not be built: an invalid header name or template, a ref
+// without a value (the secrets backend's error, wrapped so errors.Is
+// matches it, e.g. an unavailable backend), or a value that cannot be sent
+// in a header (ErrSecretValueInvalid). Nothing was sent. It never holds a
+// ref or a value. Policy refusals are not SecretHeaderErrors but
+// *DenialErrors (SECRET_NOT_DECLARED, SECRET_DESTINATION).
+type SecretHeaderError struct {
+	// Header is the header name as the request gave it.
+	Header string
+	Err    error
+}
+
+// Error returns `secret header "<Header>": <Err>`.
+func (e *SecretHeaderError) Error() string {
+	return "secret header " + strconv.Quote(e.Header) + ": " + e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *SecretHeaderError) Unwrap() error { return e.Err }
 
 // ErrLimitReached is matched (errors.Is) by the *LimitError a Runner
 // returns when a ceiling of the call killed one of its processes.

@@ -21,6 +21,7 @@ import (
 	scopedsecrets "github.com/capstanhq/capstan/internal/scoped/secrets"
 	"github.com/capstanhq/capstan/internal/secrets"
 	"github.com/capstanhq/capstan/tool"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // denials records the capability denials raised while a call runs, by
@@ -54,8 +55,20 @@ func (d *denials) list() []string {
 
 // attach gives the tool exactly the accessors its resolved grant allows.
 func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
+	var sec *scopedsecrets.Accessor
+	if g.Secrets != nil && w.secrets != nil {
+		sec = scopedsecrets.New(g.Secrets, w.secrets, rec.add)
+		tc.Secrets = sec
+	}
 	if g.Network != nil {
-		tc.Fetch = fetch.New(g.Network, fetch.Config{WrapTransport: w.httpTransport}, rec.add)
+		var opts []fetch.Option
+		if sec != nil {
+			// Secrets are injected at egress, by the fetcher, to the hosts
+			// secrets.send_to binds them to (security.md section 4).
+			inj := tracedInjection{next: scopedsecrets.NewInjection(sec), tracer: w.obs.tracer}
+			opts = append(opts, fetch.WithSecrets(inj))
+		}
+		tc.Fetch = fetch.New(g.Network, fetch.Config{WrapTransport: w.httpTransport}, rec.add, opts...)
 	}
 	// A reach that resolved to nothing is no accessor at all, so file tools
 	// answer "Filesystem capability not configured" (tools.md).
@@ -73,12 +86,32 @@ func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
 		}
 		tc.Process = process.New(g.Process, reach, w.resolver, w.procCfg, rec.add)
 	}
-	if g.Secrets != nil && w.secrets != nil {
-		tc.Secrets = scopedsecrets.New(g.Secrets, w.secrets, rec.add)
-	}
 	if g.Storage != nil {
 		tc.KV = scopedkv.New(w.kv.storage, g.Storage, rec.add)
 	}
+}
+
+// tracedInjection gives every resolution of a secret the fetcher injects
+// a "resolve secret" span, as tracedSecrets does for raw reads.
+type tracedInjection struct {
+	next   *scopedsecrets.Injection
+	tracer trace.Tracer
+}
+
+func (t tracedInjection) CheckDestination(ref string, e capability.Endpoint) error {
+	return t.next.CheckDestination(ref, e)
+}
+
+func (t tracedInjection) CheckCarried(e capability.Endpoint, parts ...string) error {
+	return t.next.CheckCarried(e, parts...)
+}
+
+func (t tracedInjection) Resolve(ctx context.Context, ref string) (string, error) {
+	ctx, span := t.tracer.Start(ctx, "resolve secret", trace.WithSpanKind(trace.SpanKindInternal))
+	defer span.End()
+	v, err := t.next.Resolve(ctx, ref)
+	endSecretSpan(span, err)
+	return v, err
 }
 
 // egressProxy serves one call's egress proxy (process.Egress).

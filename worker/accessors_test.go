@@ -46,7 +46,7 @@ func TestAccessorsThroughThePipeline(t *testing.T) {
 			}
 			return tool.OK(abs + ": " + string(data)), nil
 		}}
-	secret := tool.Tool{Name: "leak", Capabilities: tool.Capabilities{Secrets: []string{"providers/github/*"}},
+	secret := tool.Tool{Name: "leak", Capabilities: tool.Capabilities{Secrets: []string{"providers/github/*"}, SecretsRaw: []string{"providers/github/*"}},
 		Execute: func(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
 			var a struct{ Ref string }
 			_ = json.Unmarshal(raw, &a)

@@ -251,21 +251,28 @@ func (s tracedSecrets) Secret(ctx context.Context, ref string) (string, error) {
 	ctx, span := s.tracer.Start(ctx, "resolve secret", trace.WithSpanKind(trace.SpanKindInternal))
 	defer span.End()
 	v, err := s.next.Secret(ctx, ref)
-	if err != nil {
-		kind := "error"
-		if code, ok := denialCode(err); ok {
-			kind = code
-		} else if errors.Is(err, secrets.ErrNotFound) {
-			kind = "not_found"
-		} else if errors.Is(err, secrets.ErrUnavailable) {
-			kind = "unavailable"
-		} else if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			kind = "cancelled"
-		}
-		span.SetAttributes(semconv.ErrorTypeKey.String(kind))
-		span.SetStatus(codes.Error, kind)
-	}
+	endSecretSpan(span, err)
 	return v, err
+}
+
+// endSecretSpan records on a "resolve secret" span why a resolution
+// failed (error.type), never the ref or a value.
+func endSecretSpan(span trace.Span, err error) {
+	if err == nil {
+		return
+	}
+	kind := "error"
+	if code, ok := denialCode(err); ok {
+		kind = code
+	} else if errors.Is(err, secrets.ErrNotFound) {
+		kind = "not_found"
+	} else if errors.Is(err, secrets.ErrUnavailable) {
+		kind = "unavailable"
+	} else if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		kind = "cancelled"
+	}
+	span.SetAttributes(semconv.ErrorTypeKey.String(kind))
+	span.SetStatus(codes.Error, kind)
 }
 
 // Resolved passes on the accessor's resolved values, for redaction.

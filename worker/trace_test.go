@@ -41,9 +41,10 @@ func lookupTool() tool.Tool {
 		Name:   "lookup",
 		Schema: json.RawMessage(`{"type":"object","properties":{"url":{"type":"string"},"q":{"type":"string"}},"required":["url","q"]}`),
 		Capabilities: tool.Capabilities{
-			Secrets: []string{"providers/github/*"},
-			Network: &tool.Network{AllowedHosts: []string{"*"}},
-			Process: &tool.Process{AllowedBinaries: []string{"echo"}},
+			Secrets:    []string{"providers/github/*"},
+			SecretsRaw: []string{"providers/github/*"}, // it puts the value in a URL and a process argument
+			Network:    &tool.Network{AllowedHosts: []string{"*"}},
+			Process:    &tool.Process{AllowedBinaries: []string{"echo"}},
 		},
 		Execute: func(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
 			var a struct{ URL, Q string }
@@ -110,6 +111,7 @@ safety:
   network:
     allow: ["127.0.0.1:*"]
     allow_private_urls: true
+secrets: {send_to: {"providers/github/*": ["127.0.0.1:*"]}}
 process: {allow: [echo]}
 `)
 	wtp, wrec := telemetrytest.Tracing(t)

@@ -31,7 +31,7 @@ func showSecret() tool.Tool {
 		Name:         "show_secret",
 		Description:  "Returns a secret (a test tool).",
 		Schema:       json.RawMessage(`{"type":"object","properties":{"ref":{"type":"string"},"fail":{"type":"boolean"}},"required":["ref"]}`),
-		Capabilities: tool.Capabilities{Secrets: []string{"providers/*"}},
+		Capabilities: tool.Capabilities{Secrets: []string{"providers/*"}, SecretsRaw: []string{"providers/*"}},
 		Execute: func(ctx context.Context, args json.RawMessage, tc *tool.Context) (tool.Result, error) {
 			var a struct {
 				Ref  string `json:"ref"`

@@ -193,6 +193,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"id":"j","toolset":[],"safety":{"network":{"allow":["*"]}}}`), "")
 	f.Add([]byte("id: a\nfs_reach: {workdir: '${HOME}', read: ['${WORKDIR}/../x', '${FOO}']}"), "/h")
 	f.Add([]byte("id: a\nrate_limits: {t: {requests: 3, window: 1d12h}}\nbudget: {result_chars: 10}"), "")
+	f.Add([]byte("id: a\nsecrets: {allow: ['a/*'], send_to: {'a/*': ['x.com', '127.0.0.1:*'], 'b': []}}"), "")
 	f.Fuzz(func(t *testing.T, data []byte, home string) {
 		p, err := Parse(data, Env{Home: home})
 		p2, err2 := Parse(data, Env{Home: home})
@@ -223,6 +224,8 @@ func FuzzParse(f *testing.F) {
 				require.NoError(t, ValidateRefPattern(s))
 			}
 		}
+		_, err = NewSecretDestinations(p.SendTo)
+		require.NoError(t, err, "a parsed send_to is valid")
 		for name, rl := range p.RateLimits {
 			require.NotEmpty(t, name)
 			require.Positive(t, rl.Requests)

@@ -69,7 +69,7 @@ func (d *docParser) parse(data []byte) *Personality {
 	p.Permissions = d.names(doc, "permissions")
 	d.fsReach(doc, p)
 	d.safety(doc, p)
-	p.Secrets = d.ceiling(doc, "secrets", ValidateRefPattern)
+	p.Secrets, p.SendTo = d.secrets(doc)
 	p.Process, p.ProcessLimits = d.process(doc)
 	d.rateLimits(doc, p)
 	if v, ok := field(doc, "budget"); ok {
@@ -205,9 +205,8 @@ func (d *docParser) safety(doc map[string]any, p *Personality) {
 	if !ok {
 		return
 	}
-	checkPattern := func(s string) error { _, err := ParseHostPattern(s); return err }
-	p.Network.Allow = d.checkedList(n, "allow", "safety.network.allow", checkPattern)
-	p.Network.Deny = d.checkedList(n, "deny", "safety.network.deny", checkPattern)
+	p.Network.Allow = d.checkedList(n, "allow", "safety.network.allow", checkHostPattern)
+	p.Network.Deny = d.checkedList(n, "deny", "safety.network.deny", checkHostPattern)
 	if v, ok := field(n, "allow_private_urls"); ok {
 		b, ok := v.(bool)
 		if !ok {
@@ -217,18 +216,53 @@ func (d *docParser) safety(doc map[string]any, p *Personality) {
 	}
 }
 
-// ceiling reads an optional {allow: [...]} section; allow is required in it.
-func (d *docParser) ceiling(doc map[string]any, key string, check func(string) error) *Ceiling {
-	v, ok := field(doc, key)
+// secrets reads the optional secrets section: {allow?: [...], send_to?:
+// {pattern: [host...]}}. allow is the ceiling (absent: none); a section
+// with neither key is refused, as for process.
+func (d *docParser) secrets(doc map[string]any) (*Ceiling, map[string][]string) {
+	v, ok := field(doc, "secrets")
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	obj, ok := d.object(v, key, "allow")
+	obj, ok := d.object(v, "secrets", "allow", "send_to")
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	return d.allowList(obj, key, check)
+	var sendTo map[string][]string
+	if sv, ok := field(obj, "send_to"); ok {
+		sendTo = d.sendTo(sv)
+		if _, ok := field(obj, "allow"); !ok {
+			return nil, sendTo
+		}
+	}
+	return d.allowList(obj, "secrets", ValidateRefPattern), sendTo
 }
+
+// sendTo reads secrets.send_to: a mapping from a secret pattern (the syntax
+// of secrets.allow) to a list of host patterns (the syntax of
+// safety.network.allow). Entries with a problem are left out.
+func (d *docParser) sendTo(v any) map[string][]string {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		d.addf("secrets.send_to", "must be a mapping of secret patterns to lists of host patterns")
+		return nil
+	}
+	out := make(map[string][]string, len(obj))
+	for _, ref := range slices.Sorted(maps.Keys(obj)) {
+		key := join("secrets.send_to", ref)
+		before := len(d.problems)
+		if err := ValidateRefPattern(ref); err != nil {
+			d.addf(key, "%v", err)
+		}
+		hosts := d.checkedList(obj, ref, key, checkHostPattern)
+		if len(d.problems) == before && hosts != nil {
+			out[ref] = hosts
+		}
+	}
+	return out
+}
+
+func checkHostPattern(s string) error { _, err := ParseHostPattern(s); return err }
 
 // allowList reads the required allow list of the ceiling section obj.
 func (d *docParser) allowList(obj map[string]any, key string, check func(string) error) *Ceiling {

@@ -53,8 +53,12 @@ type Personality struct {
 	FSReach FSReach
 	// Network is safety.network.
 	Network NetworkPolicy
-	// Secrets is the optional secrets ceiling; nil = no ceiling.
+	// Secrets is the optional secrets ceiling (secrets.allow); nil = no ceiling.
 	Secrets *Ceiling
+	// SendTo is secrets.send_to: secret pattern → host patterns that may
+	// receive the refs it matches over HTTP (see SecretDestinations). nil
+	// or empty = no secret is sent anywhere.
+	SendTo map[string][]string
 	// Process is the optional process ceiling; nil = no ceiling.
 	Process *Ceiling
 	// ProcessLimits are process.limits, with the defaults for what the

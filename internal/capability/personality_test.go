@@ -58,6 +58,41 @@ func TestParseFullDocument(t *testing.T) {
 	}, p)
 }
 
+func TestParseSecretsSendTo(t *testing.T) {
+	t.Parallel()
+	p, err := Parse([]byte(`
+id: a
+secrets:
+  allow: ["providers/github/*", "http/*"]
+  send_to:
+    "providers/github/*": [api.github.com, "*.githubusercontent.com"]
+    "http/openai": [api.openai.com]
+    "http/none": []
+    "http/null": null
+`), Env{})
+	require.NoError(t, err)
+	require.Equal(t, &Ceiling{Allow: []string{"providers/github/*", "http/*"}}, p.Secrets)
+	require.Equal(t, map[string][]string{
+		"providers/github/*": {"api.github.com", "*.githubusercontent.com"},
+		"http/openai":        {"api.openai.com"},
+		"http/none":          {},
+	}, p.SendTo, "a null host list is absent, like every null key")
+	d, err := NewSecretDestinations(p.SendTo)
+	require.NoError(t, err)
+	require.True(t, d.Allows("providers/github/token", endpoint(t, "https", "api.github.com", 0)))
+
+	// send_to alone: no ceiling, the declarations stand.
+	p, err = Parse([]byte("id: a\nsecrets: {send_to: {'*': ['127.0.0.1:*']}}"), Env{})
+	require.NoError(t, err)
+	require.Nil(t, p.Secrets)
+	require.Equal(t, map[string][]string{"*": {"127.0.0.1:*"}}, p.SendTo)
+
+	// No send_to: nothing is sent anywhere.
+	p, err = Parse([]byte("id: a\nsecrets: {allow: ['*']}"), Env{})
+	require.NoError(t, err)
+	require.Nil(t, p.SendTo)
+}
+
 func TestParseMinimalAndJSON(t *testing.T) {
 	t.Parallel()
 	p, err := Parse([]byte(`id: min`), Env{})
@@ -121,6 +156,22 @@ func TestParseErrors(t *testing.T) {
 				`secrets.allow[1]: invalid secret pattern "a/*/c": want a ref like a/b, a prefix like a/* or *`}},
 		{name: "ceiling without allow", doc: "id: a\nprocess: {}", want: []string{"process.allow: is required (use [] to allow nothing)"}},
 		{name: "ceiling not a mapping", doc: "id: a\nsecrets: [a]", want: []string{"secrets: must be a mapping"}},
+		{name: "secrets unknown key", doc: "id: a\nsecrets: {allow: [], sendto: {}}", want: []string{`unknown key "secrets.sendto"`}},
+		{name: "secrets without allow or send_to", doc: "id: a\nsecrets: {}", want: []string{"secrets.allow: is required (use [] to allow nothing)"}},
+		{name: "send_to not a mapping", doc: "id: a\nsecrets: {send_to: [api.github.com]}",
+			want: []string{"secrets.send_to: must be a mapping of secret patterns to lists of host patterns"}},
+		{name: "send_to bad secret pattern", doc: "id: a\nsecrets: {send_to: {'a/*/b': [x.com], '': [y.com]}}",
+			want: []string{`secrets.send_to.: invalid secret pattern "": want a ref like a/b, a prefix like a/* or *`,
+				`secrets.send_to.a/*/b: invalid secret pattern "a/*/b": want a ref like a/b, a prefix like a/* or *`}},
+		{name: "send_to bad host patterns", doc: "id: a\nsecrets: {send_to: {'http/*': [ok.com, 'a.*.com', 'x:0', '']}}",
+			want: []string{`secrets.send_to.http/*[3]: must not be empty`,
+				`secrets.send_to.http/*[1]: invalid host pattern "a.*.com": "*" is allowed only as the whole host or a leading "*." label`,
+				`secrets.send_to.http/*[2]: invalid host pattern "x:0": port "0" must be a number from 1 to 65535`}},
+		{name: "send_to hosts not a list", doc: "id: a\nsecrets: {send_to: {'http/*': api.github.com}}",
+			want: []string{"secrets.send_to.http/*: must be a list of strings"}},
+		{name: "send_to and a bad allow", doc: "id: a\nsecrets: {allow: ['a/../b'], send_to: {'a/*': [1]}}",
+			want: []string{"secrets.send_to.a/*[0]: must be a string",
+				`secrets.allow[0]: invalid secret pattern "a/../b": want a ref like a/b, a prefix like a/* or *`}},
 		{name: "process unknown key, once", doc: "id: a\nprocess: {allow: [], limit: {}}", want: []string{`unknown key "process.limit"`}},
 		{name: "limits unknown key", doc: "id: a\nprocess: {limits: {mem: 1GiB}}", want: []string{`unknown key "process.limits.mem"`}},
 		{name: "limits not a mapping", doc: "id: a\nprocess: {limits: 1GiB}", want: []string{"process.limits: must be a mapping"}},

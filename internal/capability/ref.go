@@ -24,9 +24,10 @@ func (c *Ceiling) clone() *Ceiling {
 }
 
 // ValidRef reports whether ref is a usable secret ref: non-empty segments
-// separated by "/", none of them "." or "..", and no "*".
+// separated by "/", none of them "." or "..", and no "*", "{" or "}" (the
+// braces delimit refs in secret header templates, see ParseSecretTemplate).
 func ValidRef(ref string) bool {
-	if ref == "" || strings.Contains(ref, "*") {
+	if ref == "" || strings.ContainsAny(ref, "*{}") {
 		return false
 	}
 	for seg := range strings.SplitSeq(ref, "/") {
@@ -68,22 +69,66 @@ func RefMatch(pattern, ref string) bool {
 }
 
 // RefGrant is the resolved secret reach of one call: the tool's declared
-// patterns, intersected with the personality's ceiling when there is one. A
+// patterns, intersected with the personality's ceiling when there is one,
+// the subset the tool may read raw, and the hosts each ref may be sent to. A
 // nil *RefGrant allows nothing.
 type RefGrant struct {
+	// Declared are the tool's secrets patterns: the refs it may use at all.
 	Declared []string
-	Ceiling  *Ceiling
+	// Raw are the tool's secrets_raw patterns: the refs (among Declared)
+	// whose value it may read itself. Other refs can only be injected into
+	// HTTP requests by the fetch accessor.
+	Raw     []string
+	Ceiling *Ceiling
+	// Destinations are the personality's secrets.send_to bindings; the zero
+	// value sends no secret anywhere.
+	Destinations SecretDestinations
 }
 
-// secretDeniedDetail is the one denial detail of secrets: it never echoes the ref.
-const secretDeniedDetail = "requested secret is not permitted for this tool"
+// Denial details of secrets: none echoes the ref.
+const (
+	secretDeniedDetail  = "requested secret is not permitted for this tool"
+	secretNotRawDetail  = "requested secret may only be sent by the fetch accessor; the tool must declare it under secrets_raw to read its value"
+	secretDestinationOn = "this secret may not be sent to "
+)
 
 // Check returns nil when ref matches a declared pattern and, when a ceiling
 // is present, a ceiling pattern; otherwise tool.Deny(tool.ErrSecretNotDeclared,
-// "requested secret is not permitted for this tool"), which never echoes the ref.
+// "requested secret is not permitted for this tool"), which never echoes the
+// ref. It is the check for injection: a ref that passes may be sent by the
+// fetch accessor to a bound host (CheckDestination).
 func (g *RefGrant) Check(ref string) error {
 	if g == nil || !refAllowed(g.Declared, ref) || (g.Ceiling != nil && !refAllowed(g.Ceiling.Allow, ref)) {
 		return tool.Deny(tool.ErrSecretNotDeclared, secretDeniedDetail)
+	}
+	return nil
+}
+
+// CheckRaw returns nil when the tool may read ref's value itself: ref passes
+// Check and matches a Raw pattern. A ref that passes Check only is refused
+// with tool.Deny(tool.ErrSecretNotDeclared, "requested secret may only be
+// sent by the fetch accessor; the tool must declare it under secrets_raw to
+// read its value").
+func (g *RefGrant) CheckRaw(ref string) error {
+	if err := g.Check(ref); err != nil {
+		return err
+	}
+	if !refAllowed(g.Raw, ref) {
+		return tool.Deny(tool.ErrSecretNotDeclared, secretNotRawDetail)
+	}
+	return nil
+}
+
+// CheckDestination returns nil when ref may be sent to e: ref passes Check
+// and the grant's Destinations bind it to e. Otherwise it returns Check's
+// denial, or tool.Deny(tool.ErrSecretDestination, "this secret may not be
+// sent to <host>") with <host> as Endpoint.String shows it.
+func (g *RefGrant) CheckDestination(ref string, e Endpoint) error {
+	if err := g.Check(ref); err != nil {
+		return err
+	}
+	if !g.Destinations.Allows(ref, e) {
+		return tool.Deny(tool.ErrSecretDestination, secretDestinationOn+e.String())
 	}
 	return nil
 }

@@ -71,7 +71,8 @@ func ScopeID(scope tool.StorageScope, toolName, sessionID, personalityID string)
 //     personality's list of the same direction; "from-personality" = that
 //     list; no list = nothing;
 //   - secrets and process: the declaration, capped by the personality's
-//     ceiling when present;
+//     ceiling when present; secrets also carry the declared secrets_raw
+//     patterns and the personality's secrets.send_to bindings;
 //   - storage: the scope id of the call.
 //
 // A nil p is an absent personality (network and fs reach nothing). The error
@@ -104,7 +105,11 @@ func Resolve(t *tool.Tool, p *Personality, call CallView) (*Grant, error) {
 		g.FS = fg
 	}
 	if len(caps.Secrets) > 0 {
-		g.Secrets = &RefGrant{Declared: slices.Clone(caps.Secrets), Ceiling: p.Secrets.clone()}
+		dest, err := NewSecretDestinations(p.SendTo)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		g.Secrets = &RefGrant{Declared: slices.Clone(caps.Secrets), Raw: slices.Clone(caps.SecretsRaw), Ceiling: p.Secrets.clone(), Destinations: dest}
 	}
 	if caps.Process != nil {
 		g.Process = &BinaryGrant{Declared: slices.Clone(caps.Process.AllowedBinaries), Ceiling: p.Process.clone(), Limits: p.ProcessLimits.WithDefaults()}

@@ -54,7 +54,8 @@ func endpointOf(u *url.URL) (capability.Endpoint, error) {
 
 // checkRedirect is the http.Client's CheckRedirect: it limits the chain,
 // checks the next hop exactly as the first request and drops the caller's
-// credentials once the chain has left the first request's origin.
+// credentials and the injected secrets once the chain has left the first
+// request's origin.
 func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) > maxRedirects {
 		return deny("too many redirects (at most " + strconv.Itoa(maxRedirects) + ")")
@@ -68,6 +69,11 @@ func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 			if sensitiveHeader(k) {
 				delete(req.Header, k)
 			}
+		}
+		// Injected secrets are never set on req (the transport adds
+		// them); from here on it adds them no more.
+		if inj := injectionFrom(req.Context()); inj != nil {
+			inj.left.Store(true)
 		}
 	}
 	// http.Client sets Referer to the previous URL, whose query may hold a
@@ -120,7 +126,8 @@ func sensitiveHeader(name string) bool {
 }
 
 // checkedTransport admits every request again where the transport sees it
-// (the first and each redirect hop) and tells the dialer the scheme, so the
+// (the first and each redirect hop), adds the injected secrets where they
+// may go (fetcher.headerFor) and tells the dialer the scheme, so the
 // dial-time details show the port exactly as the other checks do.
 type checkedTransport struct {
 	f    *fetcher
@@ -138,8 +145,23 @@ func (t checkedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	if err := t.f.checkCarried(req, e); err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	header, err := t.f.headerFor(req.Context(), req.Header, e)
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
 	ctx := context.WithValue(req.Context(), schemeKey{}, e.Scheme())
-	resp, err := t.next.RoundTrip(canonical(req.WithContext(ctx), e))
+	out := req.WithContext(ctx)
+	out.Header = header
+	resp, err := t.next.RoundTrip(canonical(out, e))
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,25 @@
 //     cloud-metadata set is this package's (see guard.go);
 //  4. the response: the body is cut at Config.MaxBodyBytes.
 //
+// Secrets are injected at egress (tool.Request.SecretHeaders, WithSecrets;
+// see inject.go). Before anything is sent, every ref of every template must
+// be allowed by the call's secrets grant (SECRET_NOT_DECLARED) and bound by
+// the personality's secrets.send_to to the first request's host
+// (SECRET_DESTINATION: this secret may not be sent to <host>); only then
+// are the values resolved. The headers are added where each request is
+// sent (the transport), never to the http.Request the client keeps, and
+// only to requests for the first request's origin (scheme, host and port)
+// while the redirect chain has not left it: a redirect to another host, to
+// another port or from https to http (or back) drops them for the rest of
+// the chain, even when it comes back to the first origin or reaches
+// another host the secret is bound to (a redirect chain that left the
+// origin is steered by someone else, who must not get to choose an
+// authenticated request). Every injected value is replaced by [REDACTED] in
+// the response the tool gets. A secret value the call resolved (a tool
+// that read it raw, under secrets_raw) found literally in the URL, a
+// header or the body of any request is held to the same bindings
+// (checkCarried), so the tool cannot send it elsewhere through the fetcher.
+//
 // No proxy from the environment is used, and keep-alives are off so that
 // every request of a call goes through the dial-time check.
 package fetch
@@ -104,6 +123,7 @@ func lookupIP(ctx context.Context, host string) ([]netip.Addr, error) {
 // fetcher is the tool.Fetcher returned by New.
 type fetcher struct {
 	grant     *capability.NetworkGrant // nil allows nothing
+	secrets   Secrets                  // nil: no secret headers
 	cfg       Config
 	onDeny    func(error)
 	dialer    *Dialer // reports nothing: Fetch reports its denials itself
@@ -115,11 +135,15 @@ type fetcher struct {
 // nothing). cfg is copied and defaulted; New panics when cfg.Validate fails,
 // which is a programmer error. onDeny, when not nil, is called once with
 // every denial Fetch returns, for the audit record; it must not block.
-func New(g *capability.NetworkGrant, cfg Config, onDeny func(error)) tool.Fetcher {
+// WithSecrets lets it inject the call's secrets.
+func New(g *capability.NetworkGrant, cfg Config, onDeny func(error), opts ...Option) tool.Fetcher {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
 	f := &fetcher{grant: g, cfg: cfg.withDefaults(), onDeny: onDeny, dialer: NewDialer(g, cfg, nil)}
+	for _, o := range opts {
+		o(f)
+	}
 	f.transport = &http.Transport{
 		Proxy:                  nil, // never HTTP_PROXY and friends
 		DialContext:            f.dialContext,
@@ -142,7 +166,9 @@ func New(g *capability.NetworkGrant, cfg Config, onDeny func(error)) tool.Fetche
 
 // Fetch performs req under the grant. A refusal is a *tool.DenialError of
 // kind tool.ErrHostNotAllowed, returned as is (its message is
-// "HOST_NOT_ALLOWED: <detail>") and reported to onDeny. Any other failure
+// "HOST_NOT_ALLOWED: <detail>") and reported to onDeny; so are the secret
+// refusals (tool.ErrSecretNotDeclared, tool.ErrSecretDestination). A secret
+// header that cannot be built is a *tool.SecretHeaderError. Any other failure
 // (connection refused, timeout, cancellation) is wrapped with the method and
 // the origin of the failing request, never with headers, bodies, paths or
 // queries.
@@ -179,8 +205,23 @@ func (f *fetcher) fetch(ctx context.Context, req tool.Request) (*tool.Response, 
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w", safeMethod(method), unwrapURLError(err))
 	}
-	if _, err := f.admit(hreq.URL); err != nil {
+	first, err := f.admit(hreq.URL)
+	if err != nil {
 		return nil, err
+	}
+	inj, err := f.prepare(ctx, req, first)
+	if err != nil {
+		return nil, err
+	}
+	if inj != nil || (f.secrets != nil && len(req.Body) > 0) {
+		rctx := ctx
+		if inj != nil {
+			rctx = context.WithValue(rctx, injectionKey{}, inj)
+		}
+		if f.secrets != nil && len(req.Body) > 0 {
+			rctx = context.WithValue(rctx, bodyKey{}, req.Body)
+		}
+		hreq = hreq.WithContext(rctx)
 	}
 	for k, vs := range req.Header {
 		for _, v := range vs {
@@ -197,14 +238,16 @@ func (f *fetcher) fetch(ctx context.Context, req tool.Request) (*tool.Response, 
 	if err != nil {
 		return nil, wrapError(ctx, timedOut, method, resp.Request.URL, fmt.Errorf("read body: %w", err))
 	}
-	return &tool.Response{
+	out := &tool.Response{
 		StatusCode: resp.StatusCode,
 		Status:     resp.Status,
 		Header:     map[string][]string(resp.Header),
 		Body:       data,
 		Truncated:  truncated,
 		FinalURL:   resp.Request.URL.String(),
-	}, nil
+	}
+	inj.redact(out)
+	return out, nil
 }
 
 // readCapped reads at most limit bytes of r and reports whether more followed.

@@ -44,6 +44,8 @@ type envOpts struct {
 	cfg      Config
 	// hosts answers LookupIP when cfg.LookupIP is nil; other names fail.
 	hosts map[string][]string
+	// secrets, when set, lets the fetcher inject secret headers.
+	secrets Secrets
 	// dialTo, when set, receives every dial of a non-loopback address, so
 	// a test can let a "public" address reach a loopback server. Loopback
 	// addresses are dialled as they are, through the fetcher's guarded
@@ -78,11 +80,15 @@ func newEnv(t *testing.T, o envOpts) *env {
 		e.lookups.Add(1)
 		return lookup(ctx, host)
 	}
+	var opts []Option
+	if o.secrets != nil {
+		opts = append(opts, WithSecrets(o.secrets))
+	}
 	e.f = New(g, o.cfg, func(err error) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		e.denied = append(e.denied, err)
-	}).(*fetcher)
+	}, opts...).(*fetcher)
 	guarded := e.f.dialer.dial // the fetcher's own dialer, with its control hook
 	plain := (&net.Dialer{}).DialContext
 	e.f.dialer.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -55,6 +55,17 @@ var testBackend = mapBackend{values: map[string]string{
 	"empty":                    "",
 }}
 
+// raw returns a copy of g whose tool may read every declared ref itself
+// (secrets_raw = secrets), the grant of a tool that needs raw values.
+func raw(g *capability.RefGrant) *capability.RefGrant {
+	if g == nil {
+		return nil
+	}
+	c := *g
+	c.Raw = g.Declared
+	return &c
+}
+
 func TestSecretGrant(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -90,7 +101,7 @@ func TestSecretGrant(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var denials []error
-			a := secrets.New(tc.grant, testBackend, func(err error) { denials = append(denials, err) })
+			a := secrets.New(raw(tc.grant), testBackend, func(err error) { denials = append(denials, err) })
 			v, err := a.Secret(context.Background(), tc.ref)
 			if tc.want == "" {
 				require.Error(t, err)
@@ -138,7 +149,7 @@ func TestSecretErrorsNeverEchoRefOrValue(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			a := secrets.New(tc.grant, b, nil)
+			a := secrets.New(raw(tc.grant), b, nil)
 			_, err := a.Secret(context.Background(), tc.ref)
 			require.ErrorIs(t, err, tc.wantIs)
 			if tc.wantMsg != "" {
@@ -154,7 +165,7 @@ func TestSecretErrorsNeverEchoRefOrValue(t *testing.T) {
 func TestSecretUnavailableIsWrapped(t *testing.T) {
 	t.Parallel()
 	down := fmt.Errorf("vault: connection refused: %w", backend.ErrUnavailable)
-	a := secrets.New(&capability.RefGrant{Declared: []string{"*"}}, mapBackend{fail: map[string]error{"a/b": down}}, nil)
+	a := secrets.New(&capability.RefGrant{Declared: []string{"*"}, Raw: []string{"*"}}, mapBackend{fail: map[string]error{"a/b": down}}, nil)
 	_, err := a.Secret(context.Background(), "a/b")
 	require.ErrorIs(t, err, backend.ErrUnavailable)
 	require.ErrorIs(t, err, down)
@@ -166,14 +177,14 @@ func TestSecretContextError(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	a := secrets.New(&capability.RefGrant{Declared: []string{"*"}}, testBackend, nil)
+	a := secrets.New(&capability.RefGrant{Declared: []string{"*"}, Raw: []string{"*"}}, testBackend, nil)
 	_, err := a.Secret(ctx, "db/pass")
 	require.ErrorIs(t, err, context.Canceled)
 }
 
 func TestSecretWithoutBackend(t *testing.T) {
 	t.Parallel()
-	a := secrets.New(&capability.RefGrant{Declared: []string{"*"}}, nil, nil)
+	a := secrets.New(&capability.RefGrant{Declared: []string{"*"}, Raw: []string{"*"}}, nil, nil)
 	_, err := a.Secret(context.Background(), "db/pass")
 	require.ErrorIs(t, err, secrets.ErrNoBackend)
 	// The grant is still checked first.
@@ -185,7 +196,7 @@ func TestSecretWithoutBackend(t *testing.T) {
 func TestResolvedCollectsDistinctValues(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	a := secrets.New(&capability.RefGrant{Declared: []string{"providers/*", "dup/*", "db/pass", "empty"}}, testBackend, nil)
+	a := secrets.New(&capability.RefGrant{Declared: []string{"providers/*", "dup/*", "db/pass", "empty"}, Raw: []string{"providers/*", "dup/*", "db/pass", "empty"}}, testBackend, nil)
 	require.Empty(t, a.Resolved())
 	for _, ref := range []string{"providers/github/token", "db/pass", "dup/a", "dup/b", "providers/github/token", "empty"} {
 		_, err := a.Secret(ctx, ref)
@@ -210,7 +221,7 @@ func TestSecretWorksWithRealBackends(t *testing.T) {
 		}
 		return ""
 	})
-	a := secrets.New(&capability.RefGrant{Declared: []string{"providers/github/*"}}, backend.NewCache(env, 0, nil), nil)
+	a := secrets.New(&capability.RefGrant{Declared: []string{"providers/github/*"}, Raw: []string{"providers/github/*"}}, backend.NewCache(env, 0, nil), nil)
 	v, err := a.Secret(context.Background(), "providers/github/token")
 	require.NoError(t, err)
 	require.Equal(t, "ghp_env", v)
@@ -222,7 +233,7 @@ func TestSecretConcurrentUse(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	denials := 0
-	a := secrets.New(&capability.RefGrant{Declared: []string{"providers/*"}}, testBackend, func(error) {
+	a := secrets.New(&capability.RefGrant{Declared: []string{"providers/*"}, Raw: []string{"providers/*"}}, testBackend, func(error) {
 		mu.Lock()
 		denials++
 		mu.Unlock()

