@@ -73,7 +73,7 @@ func TestEncodedSecretsNeverLeave(t *testing.T) {
 		require.NoError(t, err)
 		return v
 	}
-	caps := tool.Capabilities{Secrets: []string{"providers/github/*"}}
+	caps := tool.Capabilities{Secrets: []string{"providers/github/*"}, SecretsRaw: []string{"providers/github/*"}}
 	tools := []tool.Tool{
 		{Name: "echo_back", Capabilities: caps, Execute: func(ctx context.Context, _ json.RawMessage, tc *tool.Context) (tool.Result, error) {
 			_ = get(ctx, tc)
