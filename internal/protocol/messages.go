@@ -217,13 +217,16 @@ type AuditRecord struct {
 	Tool          string    `json:"tool"`
 	Decision      string    `json:"decision"`
 	Denials       []string  `json:"denials,omitempty"`
-	OK            bool      `json:"ok"`
-	Code          Code      `json:"code,omitempty"`
-	DurationMS    int64     `json:"duration_ms"`
-	WorkerID      string    `json:"worker_id"`
-	Deliveries    int       `json:"deliveries,omitempty"`
-	ArgsSHA256    string    `json:"args_sha256"`
-	ArgsBytes     int       `json:"args_bytes"`
+	// DenialsOmitted counts the denial codes beyond the first 64, which the
+	// record leaves out.
+	DenialsOmitted int    `json:"denials_omitted,omitempty"`
+	OK             bool   `json:"ok"`
+	Code           Code   `json:"code,omitempty"`
+	DurationMS     int64  `json:"duration_ms"`
+	WorkerID       string `json:"worker_id"`
+	Deliveries     int    `json:"deliveries,omitempty"`
+	ArgsSHA256     string `json:"args_sha256"`
+	ArgsBytes      int    `json:"args_bytes"`
 	// ResultBytes is the size of the published result message's body.
 	ResultBytes int `json:"result_bytes,omitempty"`
 	// BlobBytes and BlobSHA256 are the size and hex SHA-256 of the blob
