@@ -263,7 +263,7 @@ func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 			w.undeliverable(ctx, m, call, o, err)
 			return
 		}
-		if time.Since(start) >= ResultRetryLimit {
+		if time.Since(start) >= w.retryLimit {
 			w.abandonUnpublished(ctx, m, call, l, err)
 			return
 		}

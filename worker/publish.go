@@ -181,7 +181,7 @@ func (w *Worker) undeliverable(ctx context.Context, m *bus.Msg, call *protocol.C
 // delivery runs it again, and after MaxDeliver deliveries the advisory's
 // handler abandons it.
 func (w *Worker) abandonUnpublished(ctx context.Context, m *bus.Msg, call *protocol.Call, l *lease, cause error) {
-	reason := capReason(fmt.Sprintf("result not published within %s: %v", ResultRetryLimit, cause))
+	reason := capReason(fmt.Sprintf("result not published within %s: %v", w.retryLimit, cause))
 	if err := w.deadLetter(m, dlqToolToken(call.Tool), reason); err != nil {
 		dreason, _ := w.publishFault(err, w.names.DLQStream())
 		w.obs.publishFailed(ctx, "dead_letter", dreason)

@@ -85,34 +85,43 @@ func setText(r *protocol.Result, s string, truncated bool, original int) {
 // fitText sets text, cut to budget code points (0: no budget) and then as
 // far as needed, as r's value (ok) or error message so that r encodes to at
 // most limit bytes. finish turns the cut text into what is published (the
-// untrusted wrap, template-token stripping, or nothing), and may make it
-// longer. A structured payload whose JSON is larger than structuredMax is
-// left out first; one that does not fit beside the text is left out next
-// (the text comes first: it is what the LLM reads); either sets
-// StructuredOmitted. fitText reports false when not even an empty text
-// fits (r is then unchanged but for its structured payload).
+// untrusted wrap, template-token stripping, or nothing) and may make it
+// longer; its last call is with the text published. The structured payload
+// is kept when its JSON is at most structuredMax and at most half of limit
+// (the text, what the LLM reads, always has the other half), and left out
+// otherwise, or when even an empty text does not fit beside it; leaving it
+// out sets StructuredOmitted. fitText reports false when not even an empty
+// text fits (r's text is then unchanged).
 func fitText(r *protocol.Result, text string, budget int, finish func(string) string, limit, structuredMax int) bool {
 	if finish == nil {
 		finish = func(s string) string { return s }
 	}
-	if len(r.Structured) > structuredMax {
+	if len(r.Structured) > min(structuredMax, limit/2) {
 		r.Structured, r.StructuredOmitted = nil, true
 	}
-	body, truncated, original := shape.Trim(text, budget)
-	setText(r, finish(body), truncated, original)
-	if encodedLen(r) <= limit {
+	if fitTextOnly(r, text, budget, finish, limit) {
 		return true
 	}
 	if r.Structured != nil {
 		r.Structured, r.StructuredOmitted = nil, true
-		if encodedLen(r) <= limit {
-			return true
-		}
+		return fitTextOnly(r, text, budget, finish, limit)
+	}
+	return false
+}
+
+// fitTextOnly is fitText with the structured payload as it is.
+func fitTextOnly(r *protocol.Result, text string, budget int, finish func(string) string, limit int) bool {
+	body, truncated, original := shape.Trim(text, budget)
+	probe := *r
+	setText(&probe, finish(body), truncated, original)
+	if encodedLen(&probe) <= limit {
+		*r = probe
+		return true
 	}
 	// The room of the text's JSON string: the encoded result with a
-	// one-character text, less that text's three bytes.
-	probe := *r
-	setText(&probe, "x", false, 0)
+	// one-character text, less that text's three bytes. The text is cut
+	// from here on: the truncation flags take their room too.
+	setText(&probe, "x", true, original)
 	avail := limit - (encodedLen(&probe) - 3)
 	target := avail
 	for range 32 {

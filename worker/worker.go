@@ -59,6 +59,8 @@ type Worker struct {
 	stopOps context.CancelFunc
 	// blobsOn is true once the blobs bucket is known to exist.
 	blobsOn atomic.Bool
+	// retryLimit is ResultRetryLimit (tests shorten it).
+	retryLimit time.Duration
 
 	// Shared by the scoped accessors (built by New).
 	secrets  secrets.Backend
@@ -97,6 +99,8 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 		log:      slog.New(telemetry.TraceHandler(cfg.Logger.Handler())),
 		ready:    make(chan struct{}),
 		names:    names,
+
+		retryLimit: ResultRetryLimit,
 	}
 	if w.obs, err = newObserver(cfg.TracerProvider, cfg.MeterProvider); err != nil {
 		return nil, err
