@@ -42,6 +42,10 @@ const (
 	// audit record that a call or a tool could make long.
 	auditSessionMaxChars = 256
 	auditMaxDenials      = 64
+	// skeletonMax bounds a result's encoding without its text and its
+	// structured payload: ids are tokens of at most 128 characters, the
+	// worker id at most 256, the rest codes, numbers and field names.
+	skeletonMax = 2 << 10
 )
 
 // resultLimit returns the largest result message body published now: the
@@ -113,8 +117,12 @@ func fitText(r *protocol.Result, text string, budget int, finish func(string) st
 func fitTextOnly(r *protocol.Result, text string, budget int, finish func(string) string, limit int) bool {
 	body, truncated, original := shape.Trim(text, budget)
 	probe := *r
-	setText(&probe, finish(body), truncated, original)
-	if encodedLen(&probe) <= limit {
+	s := finish(body)
+	setText(&probe, s, truncated, original)
+	// Most results are far below the limit: a text encodes to at most six
+	// bytes per byte, and the other fields (tokens, codes, numbers, the
+	// worker id) take well under skeletonMax, so no encoding is needed.
+	if 6*len(s)+len(r.Structured)+skeletonMax <= limit || encodedLen(&probe) <= limit {
 		*r = probe
 		return true
 	}
@@ -129,7 +137,7 @@ func fitTextOnly(r *protocol.Result, text string, budget int, finish func(string
 			break
 		}
 		body, truncated, original = shape.TrimFit(text, budget, target)
-		s := finish(body)
+		s = finish(body)
 		n := shape.JSONStringLen(s)
 		if n <= avail {
 			setText(r, s, truncated, original)
