@@ -324,3 +324,78 @@ func TestUnpublishableResultTurnsReadinessRedThenGivesUp(t *testing.T) {
 		return rd.Checks["slots"] == "ok"
 	}, 10*time.Second, 100*time.Millisecond)
 }
+
+// TestBlobsHoldNoSecret: the full output of a call is redacted before it is
+// stored, whether it is the tool's value, its Full text or a structured
+// payload left out of the message.
+func TestBlobsHoldNoSecret(t *testing.T) {
+	t.Parallel()
+	e := newStockEnv(t)
+	const secret = "s3cr3t-blob-value"
+	env := map[string]string{"CAPSTAN_SECRET_PROVIDERS_GITHUB_TOKEN": secret}
+	leak := tool.Tool{Name: "leak_big", Capabilities: tool.Capabilities{Secrets: []string{"providers/github/*"}},
+		Execute: func(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
+			v, err := tc.Secrets.Secret(ctx, "providers/github/token")
+			if err != nil {
+				return tool.Result{}, err
+			}
+			var a struct{ Part string }
+			_ = json.Unmarshal(raw, &a)
+			big := strings.Repeat("line with "+v+" in it\n", 20_000) // 600 kB
+			switch a.Part {
+			case "full":
+				r := tool.OK("short view")
+				r.Full = big
+				return r, nil
+			case "structured":
+				r := tool.OK("see structured")
+				r.Structured = map[string]any{"log": big, v: "as a key too"}
+				return r, nil
+			}
+			return tool.OK(big), nil
+		}}
+	e.start(worker.Config{Getenv: func(k string) string { return env[k] }}, leak)
+	for _, part := range []string{"value", "full", "structured"} {
+		id := "leak-" + part
+		e.call(protocol.Call{CallID: id, Tool: "leak_big", Args: json.RawMessage(`{"part":"` + part + `"}`)})
+		r := e.result(id, id)
+		require.True(t, r.OK, "%s: %s", r.Code, r.Error)
+		require.NotNil(t, r.Blob, part)
+		got := string(e.readBlob(r.Blob))
+		require.NotContains(t, got, secret, part)
+		require.Contains(t, got, "line with [REDACTED] in it", part)
+		require.NotContains(t, r.Value, secret)
+	}
+}
+
+// TestProgressAndDeadLettersAreBounded: a progress message is cut at
+// ProgressMaxChars; a call that nearly fills the server's max payload is
+// still dead-lettered, its body cut and the cut recorded.
+func TestProgressAndDeadLettersAreBounded(t *testing.T) {
+	t.Parallel()
+	e := newStockEnv(t)
+	chatty := tool.Tool{Name: "chatty", Execute: func(_ context.Context, _ json.RawMessage, tc *tool.Context) (tool.Result, error) {
+		return tool.OK("done"), tc.Emit(tool.Progress{Message: strings.Repeat("p", 500_000)})
+	}}
+	e.start(worker.Config{}, chatty, echo.Tool())
+	progress := e.tail(e.names.ProgressStream(), e.names.Prefix()+".progress.internal.default.chat.chat")
+	dlq := e.tail(e.names.DLQStream(), e.names.Prefix()+".dlq.echo")
+
+	e.call(protocol.Call{CallID: "chat", Tool: "chatty"})
+	require.True(t, e.result("chat", "chat").OK)
+	var ev protocol.Progress
+	require.NoError(t, json.Unmarshal(recv(t, progress).Data, &ev))
+	require.Equal(t, strings.Repeat("p", worker.ProgressMaxChars)+"\n[truncated — 500000 chars total]", ev.Message)
+
+	// Not JSON, and as large as the server lets the caller publish.
+	hdr := bus.Header{protocol.HeaderProtocol: {protocol.Version}}
+	body := bytes.Repeat([]byte("x"), bustest.StockMaxPayload-bus.MessageSize(0, hdr, "huge-bad")-10)
+	_, err := e.conn.Publish(ctxT(t), e.names.Prefix()+".call.default.default.echo", body, hdr, "huge-bad")
+	require.NoError(t, err)
+	d := recv(t, dlq)
+	require.LessOrEqual(t, messageSize(d), bustest.StockMaxPayload)
+	require.Equal(t, fmt.Sprint(len(body)), d.Header.Get(protocol.HeaderDeadBodyTruncated))
+	require.Less(t, len(d.Data), len(body))
+	require.True(t, bytes.HasPrefix(body, d.Data))
+	e.waitCallsDrained()
+}
