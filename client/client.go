@@ -140,6 +140,8 @@ type core struct {
 
 	catMu   sync.RWMutex
 	catalog map[string]CatalogEntry // by tool name, kept current by a KV watch
+	// catChanged is closed (and replaced) at every catalog change.
+	catChanged chan struct{}
 
 	stopWatch func()
 	cancel    context.CancelFunc
@@ -160,7 +162,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	c := &Client{core: &core{cfg: cfg, conn: conn, names: conn.Names(), tracer: telemetry.Tracer(cfg.TracerProvider), catalog: make(map[string]CatalogEntry)},
+	c := &Client{core: &core{cfg: cfg, conn: conn, names: conn.Names(), tracer: telemetry.Tracer(cfg.TracerProvider), catalog: make(map[string]CatalogEntry),
+		catChanged: make(chan struct{})},
 		personality: cfg.Personality}
 	if err := c.watchCatalog(ctx); err != nil {
 		conn.Close()
@@ -193,6 +196,10 @@ func (c *Client) watchCatalog(ctx context.Context) error {
 func (c *Client) applyCatalog(e bus.Entry) {
 	c.catMu.Lock()
 	defer c.catMu.Unlock()
+	defer func() {
+		close(c.catChanged)
+		c.catChanged = make(chan struct{})
+	}()
 	if e.Deleted {
 		delete(c.catalog, e.Key)
 		return
@@ -230,6 +237,16 @@ func (c *Client) Tools(ctx context.Context) ([]CatalogEntry, error) {
 	c.catMu.RUnlock()
 	slices.SortFunc(out, func(a, b CatalogEntry) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// CatalogChanged returns a channel that is closed at the next change of the
+// tool catalog, once Tools and ToolsFor see it. A caller that keeps a view
+// of the catalog current takes the channel first, then reads the catalog,
+// then waits on the channel, so that no change is missed.
+func (c *Client) CatalogChanged() <-chan struct{} {
+	c.catMu.RLock()
+	defer c.catMu.RUnlock()
+	return c.catChanged
 }
 
 // route returns the pool a tool's calls go to, and whether the tool must be

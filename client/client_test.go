@@ -189,8 +189,12 @@ func TestExecuteParallelThousandCallsInInputOrder(t *testing.T) {
 	for i := range calls {
 		calls[i] = client.Call{Tool: "echo", SessionID: "s", Args: json.RawMessage(`{"text":"call-` + strconv.Itoa(i) + `"}`)}
 	}
-	turn := client.Turn{BatchID: "turn1"}
-	results := c.ExecuteParallel(ctxT(t), turn, calls)
+	// Wait for every result, bounded only by a generous context: a slow
+	// shared machine under -race must not turn into missing results.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	turn := client.Turn{BatchID: "turn1", Wait: -1}
+	results := c.ExecuteParallel(ctx, turn, calls)
 	require.Len(t, results, n)
 	seen := make(map[string]bool)
 	for i, r := range results {
@@ -406,6 +410,46 @@ func TestToolsSortedAndWatched(t *testing.T) {
 		tools, err := c.Tools(ctxT(t))
 		return err == nil && strings.Join(names(tools), ",") == "alpha,mid"
 	}, "the catalog watch sees puts and deletes")
+}
+
+func TestCatalogChangedIsClosedAtTheNextChange(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	admin := bustest.Conn(t, url, "")
+	c := newClient(t, url, "")
+	view, err := c.WithPersonality("other")
+	require.NoError(t, err)
+
+	changed := c.CatalogChanged()
+	require.Equal(t, changed, view.CatalogChanged(), "views share the catalog")
+	select {
+	case <-changed:
+		t.Fatal("closed before any change")
+	default:
+	}
+	putCatalog(t, admin, protocol.CatalogEntry{Name: "late", Pool: "default"})
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not closed after a put")
+	}
+	tools, err := c.Tools(ctxT(t))
+	require.NoError(t, err)
+	require.Equal(t, []string{"late"}, names(tools), "the change is visible once the channel is closed")
+
+	next := c.CatalogChanged()
+	require.NotEqual(t, changed, next, "a new channel for the next change")
+	kv, err := admin.KV(ctxT(t), bus.Tools)
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctxT(t), "late"))
+	select {
+	case <-next:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not closed after a delete")
+	}
+	tools, err = c.Tools(ctxT(t))
+	require.NoError(t, err)
+	require.Empty(t, tools)
 }
 
 func TestClosedClientNeverFailsAsAWhole(t *testing.T) {

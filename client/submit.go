@@ -105,7 +105,7 @@ func (c *Client) publish(ctx context.Context, callID string, out outgoing) (dupl
 		semconv.MessagingMessageID(callID),
 		semconv.MessagingMessageBodySize(len(out.data)),
 		telemetry.GenAIToolName.String(out.tool),
-		telemetry.GenAIToolCallID.String(callID),
+		telemetry.GenAIToolCallID.String(toolCallID(ctx, callID)),
 		telemetry.AttrBatchID.String(out.batch),
 	))
 	defer span.End()

@@ -31,8 +31,8 @@ type Config struct {
 	StreamReplicas     int           `env:"CAPSTAN_STREAM_REPLICAS" envDefault:"1" help:"replicas of the streams and buckets created when none exist yet (1 to 5)"`
 	PersonalitiesDir   string        `env:"CAPSTAN_PERSONALITIES_DIR" help:"local mode: personality files loaded at start"`
 	Tools              []string      `env:"CAPSTAN_TOOLS" help:"local mode: comma-separated tools hosted (default all built-ins)"`
-	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" help:"local mode: debug, info, warn or error (default warn)"`
-	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT" help:"local mode: text or json (default text on a TTY, else json)"`
+	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" help:"local mode and mcp: debug, info, warn or error (default warn; info logs every MCP call)"`
+	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT" help:"local mode and mcp: text or json (default text on a TTY, else json)"`
 }
 
 // loadConfig reads Config through getenv (an empty value counts as unset)

@@ -25,7 +25,7 @@ func TestHelpListsEveryCommandAndVariable(t *testing.T) {
 		code, stdout, stderr := runT(t, nil, "", arg)
 		require.Equal(t, exitOK, code)
 		require.Empty(t, stderr)
-		for _, c := range []string{"call", "batch", "tools", "result", "cancel", "progress", "dlq", "help"} {
+		for _, c := range []string{"call", "batch", "tools", "mcp", "result", "cancel", "progress", "dlq", "help"} {
 			require.Regexp(t, `\n  `+c+`( |\n)`, stdout, "command %s", c)
 		}
 		for _, v := range configVars() {

@@ -130,9 +130,10 @@ func (cc *callCgroup) counters() (memory, pids int64) {
 	return memory, pids
 }
 
-// drainCgroupPool removes every idle cgroup (tests, and a process that
-// stops running children).
-func drainCgroupPool() {
+// ReleaseIdleCgroups removes every idle per-call cgroup of this process (a
+// worker that stops calls it; the next call creates them again). Cgroups in
+// use are not touched.
+func ReleaseIdleCgroups() {
 	cgroupPool.Lock()
 	idle := cgroupPool.idle
 	cgroupPool.idle = map[string][]*callCgroup{}

@@ -1,0 +1,191 @@
+// Package typescript_test runs the TypeScript client's tests (node --test)
+// against a real Capstan pool: an embedded nats-server that requires its
+// credentials, and a real worker with the built-in tools plus one gated tool.
+// The same shared cases (testdata/cases.json) run through the Go client here,
+// and the Go client's ToolsFor is handed to the TypeScript tests, which check
+// that their port of the gates gives the same catalog.
+package typescript_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/client"
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/capstanhq/capstan/internal/tools/builtin"
+	"github.com/capstanhq/capstan/tool"
+	"github.com/capstanhq/capstan/worker"
+	"github.com/stretchr/testify/require"
+)
+
+// personalities are stored before the worker starts. "gated" grants what
+// the weather tool declares; "strict" does not; "researcher" is a tenant's
+// personality with a small toolset.
+var personalities = map[string]string{
+	"default":    "id: default\n",
+	"researcher": "id: researcher\ntoolset: [echo, web]\n",
+	"gated": "id: gated\ntoolset: [echo, weather]\npermissions: [\"weather:*\"]\n" +
+		"safety:\n  network:\n    allow: [\"*.example.com\"]\nfs_reach:\n  read: [/srv]\n",
+	"strict": "id: strict\ntoolset: [echo, weather]\npermissions: [\"weather:read\"]\n" +
+		"safety:\n  network:\n    allow: [\"example.com\"]\n",
+}
+
+// weather is a tool behind a permission, a declared host and a declared
+// path: what the personality gates of ToolsFor look at.
+func weather() tool.Tool {
+	return tool.Tool{
+		Name:        "weather",
+		Description: "Forecast for a city.",
+		Schema:      json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`),
+		Toolset:     "weather",
+		Permissions: []string{"weather:read"},
+		Capabilities: tool.Capabilities{
+			Network: &tool.Network{AllowedHosts: []string{"api.example.com"}},
+			FSReach: &tool.FSReach{Read: tool.Paths("/srv/data")},
+		},
+		Execute: func(context.Context, json.RawMessage, *tool.Context) (tool.Result, error) {
+			return tool.OK("sunny"), nil
+		},
+	}
+}
+
+// pool starts an embedded server and a worker until the test ends and
+// returns the server's URL.
+func pool(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	url := bustest.Server(t)
+	conn := bustest.Conn(t, url, "")
+	kv, err := conn.KV(ctx, bus.Personalities)
+	require.NoError(t, err)
+	for id, doc := range personalities {
+		_, err := kv.Put(ctx, id, []byte(doc))
+		require.NoError(t, err)
+	}
+	tools := append(builtin.All(), weather())
+	w, err := worker.New(worker.Config{NATSURL: url, NATSCreds: bustest.Creds(url), WorkerID: "ts-pool",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ShutdownGrace: 2 * time.Second}, tools...)
+	require.NoError(t, err)
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		t.Fatalf("worker: %v", err)
+	}
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
+	return url
+}
+
+type sharedCases struct {
+	Cases []struct {
+		Name string          `json:"name"`
+		Call json.RawMessage `json:"call"`
+		Want map[string]any  `json:"want"`
+	} `json:"cases"`
+}
+
+// TestSharedCasesThroughTheGoClient runs testdata/cases.json with the Go
+// client; test/cases.test.ts runs the same file with the TypeScript client.
+func TestSharedCasesThroughTheGoClient(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := pool(t, ctx)
+	c, err := client.New(ctx, client.Config{NATSURL: url, NATSCreds: bustest.Creds(url), Name: t.Name()})
+	require.NoError(t, err)
+	defer c.Close()
+	data, err := os.ReadFile(filepath.Join("testdata", "cases.json"))
+	require.NoError(t, err)
+	var sc sharedCases
+	require.NoError(t, json.Unmarshal(data, &sc))
+	calls := make([]client.Call, len(sc.Cases))
+	for i, tc := range sc.Cases {
+		require.NoError(t, json.Unmarshal(tc.Call, &calls[i]), tc.Name)
+	}
+	results := c.ExecuteParallel(ctx, client.Turn{Wait: time.Minute}, calls)
+	for i, tc := range sc.Cases {
+		got := map[string]any{}
+		b, err := json.Marshal(results[i])
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, &got))
+		for k, want := range tc.Want {
+			require.Equal(t, want, got[k], "%s: field %s of %s", tc.Name, k, b)
+		}
+	}
+}
+
+// TestTypeScriptClient runs `node --test` on the compiled tests of the
+// TypeScript client against a real pool. It needs node and the package's
+// node_modules (npm ci); without them it skips, saying so.
+func TestTypeScriptClient(t *testing.T) {
+	t.Parallel()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed: the TypeScript client's tests need Node.js 20 or later")
+	}
+	if _, err := os.Stat(filepath.Join("node_modules", "typescript")); err != nil {
+		t.Skip("clients/typescript/node_modules is missing: run `npm ci` in clients/typescript (.ci/run does)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	build := exec.CommandContext(ctx, node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.test.json")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("tsc -p tsconfig.test.json: %v\n%s", err, out)
+	}
+
+	url := pool(t, ctx)
+	c, err := client.New(ctx, client.Config{NATSURL: url, NATSCreds: bustest.Creds(url), Name: t.Name()})
+	require.NoError(t, err)
+	defer c.Close()
+	toolsFor := map[string][]string{}
+	for id := range personalities {
+		entries, err := c.ToolsFor(ctx, id)
+		require.NoError(t, err)
+		names := []string{}
+		for _, e := range entries {
+			names = append(names, e.Name)
+		}
+		sort.Strings(names)
+		toolsFor[id] = names
+	}
+	require.Contains(t, toolsFor["gated"], "weather", "the gated personality may call weather")
+	require.NotContains(t, toolsFor["strict"], "weather", "the strict personality may not")
+	expected, err := json.Marshal(toolsFor)
+	require.NoError(t, err)
+
+	files, err := filepath.Glob(filepath.Join("build", "test", "*.test.js"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "compiled tests in build/test")
+	cmd := exec.CommandContext(ctx, node, append([]string{"--test", "--test-concurrency=1"}, files...)...)
+	cmd.Env = append(os.Environ(),
+		"CAPSTAN_TEST_NATS_URL="+url,
+		"CAPSTAN_TEST_NATS_CREDS="+bustest.Creds(url),
+		"CAPSTAN_TEST_TOOLS_FOR="+string(expected),
+	)
+	out, err := cmd.CombinedOutput()
+	t.Logf("node --test:\n%s", tail(string(out), 120))
+	require.NoError(t, err, "node --test failed")
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = append([]string{"..."}, l[len(l)-lines:]...)
+	}
+	return strings.Join(l, "\n")
+}

@@ -1,0 +1,41 @@
+// @capstanhq/client: dispatch LLM tool calls to Capstan workers over NATS
+// JetStream (protocol version 2), and translate model providers' tool-call
+// formats (see ./envelope).
+
+export { CapstanClient, UnknownPersonalityError, DEFAULT_WAIT_MS, WAIT_SLACK_MS } from "./client.js";
+export type { ClientOptions, Turn, WaitOptions, ProgressOptions } from "./client.js";
+export {
+  AbortError,
+  CancelledError,
+  CapstanError,
+  ClientError,
+  ExecutionFailedError,
+  InputInvalidError,
+  NotAvailableError,
+  PermissionDeniedError,
+  ResultMissingError,
+  StaleWriteError,
+  ToolError,
+  toolError,
+  unwrap,
+} from "./errors.js";
+export {
+  AUDIENCES,
+  CODES,
+  DEFAULT_PERSONALITY,
+  DEFAULT_POOL,
+  DEFAULT_PREFIX,
+  DEFAULT_TURN_BUDGET_CHARS,
+  MAX_CALL_BYTES,
+  Names,
+  PROTOCOL_VERSION,
+  RESULT_MISSING,
+  checkCall,
+  encodeCall,
+  failure,
+  newID,
+  validToken,
+} from "./protocol.js";
+export type { Audience, Call, CatalogEntry, Code, Progress, Result } from "./protocol.js";
+export { mayCall, parsePersonality, permissionMatch } from "./personality.js";
+export type { PersonalityGates } from "./personality.js";

@@ -1,0 +1,330 @@
+// The wire contract of Capstan protocol version 2 (docs/protocol.md): message
+// types, subject names and the call checks a worker applies. Pure: no I/O.
+
+/** Value of the Capstan-Protocol header on every message this client sends. */
+export const PROTOCOL_VERSION = "2";
+/** Header names. traceparent and tracestate are lower-case exactly. */
+export const HEADER_PROTOCOL = "Capstan-Protocol";
+export const HEADER_TRACEPARENT = "traceparent";
+export const HEADER_TRACESTATE = "tracestate";
+/** Largest call body, in bytes (1 MiB). */
+export const MAX_CALL_BYTES = 1 << 20;
+/** Default subject prefix. */
+export const DEFAULT_PREFIX = "capstan";
+/** Pool of tools the catalog does not know. */
+export const DEFAULT_POOL = "default";
+/** Personality of a client that names none. */
+export const DEFAULT_PERSONALITY = "default";
+/** Turn budget of executeParallel when the turn sets none (tools.md, "Turn budget"). */
+export const DEFAULT_TURN_BUDGET_CHARS = 80000;
+/** Error of the execution_failed result of a call with no result when the wait ended. */
+export const RESULT_MISSING = "Tool result missing: no result before deadline";
+
+/** The four result codes. */
+export type Code = "input_invalid" | "not_available" | "execution_failed" | "STALE_WRITE";
+export const CODES: readonly Code[] = ["input_invalid", "not_available", "execution_failed", "STALE_WRITE"];
+
+/** Who a progress event is for; also a subject token. */
+export type Audience = "internal" | "user" | "dashboard";
+export const AUDIENCES: readonly Audience[] = ["internal", "user", "dashboard"];
+
+/**
+ * A tool call (protocol.md, "Call message"), with the wire's field names.
+ * Zero values (0, "", false) of optional fields mean "absent", as in the Go
+ * client; `args` defaults to `{}` and `call_id` to a new id.
+ */
+export interface Call {
+  call_id?: string;
+  batch_id?: string;
+  tool: string;
+  args?: Record<string, unknown>;
+  session_id: string;
+  session_key?: string;
+  platform?: string;
+  working_dir?: string;
+  personality_id?: string;
+  agent_id?: string;
+  team_id?: string;
+  memory_scope_id?: string;
+  current_turn?: number;
+  message_count?: number;
+  result_budget_chars?: number;
+  dry_run?: boolean;
+  /** RFC 3339 time string, or a Date. */
+  deadline?: string | Date;
+  timeout_ms?: number;
+  exclude_tools?: string[];
+  narrow_tools?: string[];
+}
+
+/** The one answer to a call (protocol.md, "Result message"). */
+export interface Result {
+  call_id: string;
+  batch_id: string;
+  tool: string;
+  ok: boolean;
+  value?: string;
+  structured?: unknown;
+  cost_usd?: number;
+  code?: Code;
+  error?: string;
+  retry_after_ms?: number;
+  truncated?: boolean;
+  original_chars?: number;
+  untrusted?: boolean;
+  duration_ms: number;
+  worker_id?: string;
+  deliveries?: number;
+  // TODO(issue 13): large results by reference. When the blob reference of
+  // issue 13 lands on main (a field naming an object in <prefix>_blobs with
+  // size, SHA-256 and content type), add it here and a reader that verifies
+  // the digest, as the Go client's Result.Blob does.
+}
+
+/** A progress event (protocol.md, "Progress event"). */
+export interface Progress {
+  type: "progress";
+  call_id: string;
+  batch_id: string;
+  tool_name: string;
+  message: string;
+  percent?: number;
+  audience: Audience;
+  seq: number;
+  time: string;
+}
+
+/** A tool's definition in the capstan_tools bucket (protocol.md, "Tool catalog"). */
+export interface CatalogEntry {
+  name: string;
+  description: string;
+  schema: Record<string, unknown>;
+  toolset: string;
+  capabilities: Record<string, unknown> | null;
+  permissions: string[] | null;
+  output_is_untrusted: boolean;
+  always_include: boolean;
+  max_result_chars: number;
+  plugin?: string;
+  pool: string;
+  workers: string[] | null;
+  updated: string;
+}
+
+const TOKEN_RE = /^[A-Za-z0-9_-]{1,128}$/;
+
+/** Reports whether s may be used as a subject token: ^[A-Za-z0-9_-]{1,128}$. */
+export function validToken(s: unknown): s is string {
+  return typeof s === "string" && TOKEN_RE.test(s);
+}
+
+/** Returns an error message naming what when s is not a valid token, else undefined. */
+export function checkToken(what: string, s: string): string | undefined {
+  if (validToken(s)) return undefined;
+  if (s === "") return `${what} must not be empty`;
+  const chars = Array.from(String(s));
+  const shown = chars.length <= 64 ? String(s) : chars.slice(0, 64).join("") + "...";
+  return `${what} ${JSON.stringify(shown)} must match ^[A-Za-z0-9_-]{1,128}$`;
+}
+
+/** A failed result for call with the given code and message. */
+export function failure(call: { call_id?: string; batch_id?: string; tool?: string }, code: Code, error: string): Result {
+  const callID = call.call_id ?? "";
+  return { call_id: callID, batch_id: call.batch_id || callID, tool: call.tool ?? "", ok: false, code, error, duration_ms: 0 };
+}
+
+/** Subject, stream and bucket names derived from one prefix. */
+export class Names {
+  readonly prefix: string;
+
+  constructor(prefix: string = DEFAULT_PREFIX) {
+    const bad = checkToken("subject prefix", prefix);
+    if (bad) throw new TypeError(bad);
+    this.prefix = prefix;
+  }
+
+  get resultsStream(): string { return this.prefix.toUpperCase() + "_RESULTS"; }
+  get progressStream(): string { return this.prefix.toUpperCase() + "_PROGRESS"; }
+  get callsStream(): string { return this.prefix.toUpperCase() + "_CALLS"; }
+  get toolsBucket(): string { return this.prefix + "_tools"; }
+  get personalitiesBucket(): string { return this.prefix + "_personalities"; }
+
+  /** <p>.call.<pool>.<personality>.<tool> */
+  callSubject(pool: string, personality: string, tool: string): string {
+    return `${this.prefix}.call.${tok("pool", pool)}.${tok("personality", personality)}.${tok("tool", tool)}`;
+  }
+
+  /** <p>.result.<personality>.<batch>.<call> */
+  resultSubject(personality: string, batch: string, call: string): string {
+    return `${this.prefix}.result.${tok("personality", personality)}.${tok("batch_id", batch)}.${tok("call_id", call)}`;
+  }
+
+  /** <p>.result.<personality>.<batch>.> */
+  batchResultsFilter(personality: string, batch: string): string {
+    return `${this.prefix}.result.${tok("personality", personality)}.${tok("batch_id", batch)}.>`;
+  }
+
+  /** <p>.result.<personality>.*.<call>: a call's result in any batch. */
+  callResultFilter(personality: string, call: string): string {
+    return `${this.prefix}.result.${tok("personality", personality)}.*.${tok("call_id", call)}`;
+  }
+
+  /** <p>.progress.<audience|*>.<personality>.<batch|*>.* */
+  progressTail(audience: Audience | undefined, personality: string, batch: string | undefined): string {
+    if (audience !== undefined && !AUDIENCES.includes(audience)) {
+      throw new TypeError(`audience ${JSON.stringify(audience)} must be internal, user or dashboard`);
+    }
+    const b = batch ? tok("batch_id", batch) : "*";
+    return `${this.prefix}.progress.${audience ?? "*"}.${tok("personality", personality)}.${b}.*`;
+  }
+
+  /** <p>.cancel.<personality>.<call> */
+  cancelSubject(personality: string, call: string): string {
+    return `${this.prefix}.cancel.${tok("personality", personality)}.${tok("call_id", call)}`;
+  }
+}
+
+function tok(what: string, s: string): string {
+  const bad = checkToken(what, s);
+  if (bad) throw new TypeError(bad);
+  return s;
+}
+
+/** The call encoded for the wire, or the input_invalid message a worker would give. */
+export type Encoded = { ok: true; body: Uint8Array; wire: Record<string, unknown> } | { ok: false; error: string };
+
+const encoder = new TextEncoder();
+
+/**
+ * Encodes call as the Go client does (zero values of optional fields are
+ * left out) and checks it as a worker's decoder does, field by field in the
+ * decoder's order, returning the first problem with the worker's message
+ * (docs/protocol.md, "Decoder errors").
+ */
+export function encodeCall(call: Call): Encoded {
+  if (call === null || typeof call !== "object") return { ok: false, error: "invalid call: body must be a JSON object" };
+  const wire: Record<string, unknown> = {};
+  const put = (k: string, v: unknown) => {
+    if (v === undefined || v === null || v === "" || v === 0 || v === false) return;
+    wire[k] = v;
+  };
+  // call_id, tool, args and session_id are always written, as the Go
+  // client writes them (an empty one is then "must not be empty").
+  wire.call_id = call.call_id ?? "";
+  put("batch_id", call.batch_id);
+  wire.tool = call.tool ?? "";
+  wire.args = call.args === undefined ? {} : call.args;
+  wire.session_id = call.session_id ?? "";
+  put("session_key", call.session_key);
+  put("platform", call.platform);
+  put("working_dir", call.working_dir);
+  put("personality_id", call.personality_id);
+  put("agent_id", call.agent_id);
+  put("team_id", call.team_id);
+  put("memory_scope_id", call.memory_scope_id);
+  put("current_turn", call.current_turn);
+  put("message_count", call.message_count);
+  put("result_budget_chars", call.result_budget_chars);
+  put("dry_run", call.dry_run);
+  put("deadline", call.deadline instanceof Date ? call.deadline.toISOString() : call.deadline);
+  put("timeout_ms", call.timeout_ms);
+  if (call.exclude_tools !== undefined && call.exclude_tools !== null) wire.exclude_tools = call.exclude_tools;
+  if (call.narrow_tools !== undefined && call.narrow_tools !== null) wire.narrow_tools = call.narrow_tools;
+  let text: string;
+  try {
+    text = JSON.stringify(wire);
+  } catch (e) {
+    return { ok: false, error: "invalid call: " + (e as Error).message };
+  }
+  const body = encoder.encode(text);
+  const problem = checkCall(JSON.parse(text), body.length);
+  if (problem) return { ok: false, error: problem };
+  return { ok: true, body, wire };
+}
+
+const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/** The worker decoder's checks on a parsed call body; the first problem, or undefined. */
+export function checkCall(fields: Record<string, unknown>, size: number): string | undefined {
+  if (size > MAX_CALL_BYTES) return `invalid call: call is ${size} bytes, more than the 1 MiB limit`;
+  if (fields === null || typeof fields !== "object" || Array.isArray(fields)) return "invalid call: body must be a JSON object";
+  const fail = (f: string, reason: string) => `invalid call: field ${JSON.stringify(f)} ${reason}`;
+  const present = (f: string) => fields[f] !== undefined && fields[f] !== null;
+  const str = (f: string, required: boolean): string | undefined => {
+    if (!present(f)) return required ? fail(f, "is required") : undefined;
+    if (typeof fields[f] !== "string") return fail(f, "must be a string");
+    if (required && fields[f] === "") return fail(f, "must not be empty");
+    return undefined;
+  };
+  const token = (f: string, required: boolean): string | undefined => {
+    const bad = str(f, required);
+    if (bad) return bad;
+    if (present(f) && fields[f] !== "" && !validToken(fields[f])) return fail(f, "must match ^[A-Za-z0-9_-]{1,128}$");
+    return undefined;
+  };
+  const integer = (f: string, min: number): string | undefined => {
+    if (!present(f)) return undefined;
+    const v = fields[f];
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < min) {
+      return fail(f, min === 0 ? "must be an integer of at least 0" : "must be an integer greater than 0");
+    }
+    return undefined;
+  };
+  const strings = (f: string): string | undefined => {
+    if (!present(f)) return undefined;
+    const v = fields[f];
+    if (!Array.isArray(v) || v.some((s) => typeof s !== "string")) return fail(f, "must be an array of strings");
+    return undefined;
+  };
+  const first = (...checks: Array<() => string | undefined>) => {
+    for (const c of checks) {
+      const bad = c();
+      if (bad) return bad;
+    }
+    return undefined;
+  };
+  return first(
+    () => str("call_id", true),
+    () => (validToken(fields.call_id) ? undefined : fail("call_id", "must match ^[A-Za-z0-9_-]{1,128}$")),
+    () => token("batch_id", false),
+    () => token("tool", true),
+    () => {
+      if (!present("args")) return fail("args", "is required");
+      const a = fields.args;
+      return typeof a === "object" && !Array.isArray(a) ? undefined : fail("args", "must be a JSON object");
+    },
+    () => str("session_id", true),
+    () => str("session_key", false),
+    () => str("platform", false),
+    () => str("working_dir", false) ??
+      (present("working_dir") && fields.working_dir !== "" && !String(fields.working_dir).startsWith("/")
+        ? fail("working_dir", "must be an absolute path") : undefined),
+    () => token("personality_id", false),
+    () => str("agent_id", false),
+    () => str("team_id", false),
+    () => str("memory_scope_id", false),
+    () => integer("current_turn", 0),
+    () => integer("message_count", 0),
+    () => integer("result_budget_chars", 1),
+    () => (present("dry_run") && typeof fields.dry_run !== "boolean" ? fail("dry_run", "must be true or false") : undefined),
+    () => {
+      if (!present("deadline")) return undefined;
+      if (typeof fields.deadline !== "string") return fail("deadline", "must be an RFC 3339 time string");
+      return RFC3339.test(fields.deadline) && !Number.isNaN(Date.parse(fields.deadline))
+        ? undefined : fail("deadline", "must be an RFC 3339 time such as 2026-01-02T15:04:05Z");
+    },
+    () => integer("timeout_ms", 1),
+    () => strings("exclude_tools"),
+    () => strings("narrow_tools"),
+  );
+}
+
+/** Returns a random 26-character token (base32: A-Z, 2-7), valid as a call_id or batch_id. */
+export function newID(): string {
+  const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+  const bytes = new Uint8Array(26);
+  crypto.getRandomValues(bytes);
+  let s = "";
+  for (const b of bytes) s += alphabet[b & 31];
+  return s;
+}
