@@ -163,10 +163,10 @@ func (w *Worker) oversized(res protocol.Result, size int, limit string) protocol
 }
 
 // capReason folds a failure reason onto one line and caps it at
-// ReasonMaxChars code points.
+// ReasonMaxChars code points (Trim's marker, folded too, after them).
 func capReason(s string) string {
 	out, _, _ := shape.Trim(oneLine(s), ReasonMaxChars)
-	return out
+	return oneLine(out)
 }
 
 // capAudit bounds the parts of an audit record that a call or a tool could

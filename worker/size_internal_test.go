@@ -84,8 +84,8 @@ func TestFitText(t *testing.T) {
 func TestCapReasonAndAudit(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "a b c", capReason("a\n b\tc"))
-	long := capReason(strings.Repeat("x ", 5000))
-	require.Len(t, []rune(long), ReasonMaxChars+len([]rune("\n[truncated — 9999 chars total]")))
+	long := capReason("a\n" + strings.Repeat("x", 5000))
+	require.Equal(t, "a "+strings.Repeat("x", ReasonMaxChars-2)+" [truncated — 5002 chars total]", long, "one line")
 
 	rec := protocol.AuditRecord{SessionID: strings.Repeat("s", 1000), Denials: make([]string, 100)}
 	capAudit(&rec)
