@@ -145,7 +145,7 @@ func (w *Worker) handle(m *bus.Msg) {
 	stopBeat := w.heartbeat(m, l, r)
 	defer stopBeat()
 	o := w.process(cctx, &call, r)
-	if o.blob != nil {
+	if o.blob != nil && !l.isLost() {
 		w.storeBlob(cctx, &call, &o)
 	}
 	switch {
