@@ -28,14 +28,22 @@ type outcome struct {
 	infra error
 	// leaseLost: another worker took the call over; nothing is published.
 	leaseLost bool
+	// bytes is the size of the published result's body.
+	bytes int
+	// blob is the full output to store by reference before the result is
+	// published (planBlob), nil for none.
+	blob *blobPlan
 }
 
 func refuse(call *protocol.Call, decision string, code protocol.Code, msg string) outcome {
 	return outcome{result: protocol.Failure(call, code, msg), decision: decision}
 }
 
-func opCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), opTimeout)
+// opCtx bounds one bus operation: opTimeout, and never past the end of the
+// shutdown margin (ShutdownMargin after the grace), so that a worker whose
+// NATS server is gone still exits in time.
+func (w *Worker) opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(w.opsBase(), opTimeout)
 }
 
 // handle takes one delivered call from decode to ack. It owns one slot.
@@ -104,7 +112,7 @@ func (w *Worker) handle(m *bus.Msg) {
 		return
 	}
 
-	r := &running{seq: m.StreamSeq, personality: call.PersonalityID}
+	r := &running{seq: m.StreamSeq, personality: call.PersonalityID, tool: call.Tool}
 	if ok, seq := w.inflight.add(call.CallID, r); !ok {
 		if seq != m.StreamSeq {
 			// Another copy of a call this worker is running: look again
@@ -137,6 +145,9 @@ func (w *Worker) handle(m *bus.Msg) {
 	stopBeat := w.heartbeat(m, l, r)
 	defer stopBeat()
 	o := w.process(cctx, &call, r)
+	if o.blob != nil && !l.isLost() {
+		w.storeBlob(cctx, &call, &o)
+	}
 	switch {
 	case o.handback:
 		_ = m.Nak(0)
@@ -148,7 +159,7 @@ func (w *Worker) handle(m *bus.Msg) {
 		w.retryLater(m, &call, o.infra)
 		cs.outcome = "retry"
 	default:
-		w.deliver(cctx, m, &call, o, l)
+		w.deliver(cctx, m, &call, o, l, r)
 	}
 }
 
@@ -168,7 +179,7 @@ func (w *Worker) alongside(what, callID string, fn func()) {
 // record exists or, on a redelivery, its result is in the results stream (a
 // worker that published the result and died before recording completion).
 func (w *Worker) answered(call *protocol.Call, deliveries uint64) (bool, error) {
-	ctx, cancel := opCtx()
+	ctx, cancel := w.opCtx()
 	defer cancel()
 	_, done, err := w.kv.completions.Get(ctx, call.CallID)
 	if err != nil {
@@ -206,9 +217,14 @@ func resultBatch(batch, callID string) string {
 // unavailable, then records completion, acks and audits. The call's
 // heartbeat keeps running meanwhile. If the lease is lost, the result is
 // dropped: the lease holder answers the call. If the worker is forced to
-// stop before the result is out, the call is handed back.
-func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome, l *lease) {
+// stop before the result is out, the call is handed back. A publish that
+// retrying cannot cure (permission denied, no results stream) dead-letters
+// the call at once (undeliverable); retries end after ResultRetryLimit
+// with a dead letter and an abandonment result (abandonUnpublished). r
+// records, for /readyz, how long the result has been unpublishable.
+func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome, l *lease, r *running) {
 	delay := 100 * time.Millisecond
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		held, err := l.confirm()
 		if !held {
@@ -216,17 +232,39 @@ func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 			setOutcome(ctx, "lease_lost")
 			return
 		}
+		permanent := false
 		if err == nil {
-			err = w.publish(ctx, m, call, &o)
+			// At the end of the grace an attempt under way gives up: the
+			// call is handed back.
+			pctx, cancel := context.WithCancel(ctx)
+			stop := context.AfterFunc(w.execBase, cancel)
+			err = w.publish(pctx, m, call, &o)
+			stop()
+			cancel()
+			if err != nil {
+				var reason string
+				reason, permanent = w.publishFault(err, w.names.ResultsStream())
+				w.obs.publishFailed(ctx, "result", reason)
+			}
 		}
 		if err == nil {
+			r.unstuck(stuckResult)
 			injectFault("after-result-publish")
 			break
 		}
+		r.stuck(stuckResult, err)
 		if w.execBase.Err() != nil {
 			w.log.WarnContext(ctx, "result not published before shutdown; call handed back", "call_id", call.CallID, "error", err)
 			_ = m.Nak(0)
 			setOutcome(ctx, "handback")
+			return
+		}
+		if permanent {
+			w.undeliverable(ctx, m, call, o, err)
+			return
+		}
+		if time.Since(start) >= w.retryLimit {
+			w.abandonUnpublished(ctx, m, call, l, err)
 			return
 		}
 		w.log.WarnContext(ctx, "cannot publish result; retrying", "call_id", call.CallID, "attempt", attempt, "retry_in", delay.String(), "error", err)
@@ -238,10 +276,17 @@ func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 
 // finish answers a call that was never run (refused before execution, or
 // malformed): publish the result, record completion, ack and audit. A
-// publish failure hands the call back with backoff. ctx carries the call's
-// consumer span.
+// publish failure hands the call back with backoff (at most MaxDeliver
+// times), one that retrying cannot cure dead-letters it at once. ctx
+// carries the call's consumer span.
 func (w *Worker) finish(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome) {
 	if err := w.publish(ctx, m, call, &o); err != nil {
+		reason, permanent := w.publishFault(err, w.names.ResultsStream())
+		w.obs.publishFailed(ctx, "result", reason)
+		if permanent {
+			w.undeliverable(ctx, m, call, o, err)
+			return
+		}
 		w.retryLater(m, call, err)
 		setOutcome(ctx, "retry")
 		return
@@ -250,11 +295,13 @@ func (w *Worker) finish(ctx context.Context, m *bus.Msg, call *protocol.Call, o 
 }
 
 // publish stamps the result with this worker and the delivery count and
-// publishes it.
-func (w *Worker) publish(ctx context.Context, m *bus.Msg, call *protocol.Call, o *outcome) error {
+// publishes it; o.result and o.bytes become what was published (a result
+// too large for the message limit is replaced, see publishResult).
+func (w *Worker) publish(ctx context.Context, m *bus.Msg, call *protocol.Call, o *outcome) (err error) {
 	o.result.WorkerID = w.cfg.WorkerID
 	o.result.Deliveries = int(m.Deliveries)
-	return w.publishResult(ctx, call.PersonalityID, call.CallID, o.result, m.Header)
+	o.bytes, err = w.publishResult(ctx, call.PersonalityID, call.CallID, &o.result, m.Header)
+	return err
 }
 
 // completed records completion of a call whose result is out, acks it,
@@ -285,41 +332,15 @@ func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call,
 		"duration_ms", o.result.DurationMS, "deliveries", m.Deliveries)
 }
 
-// publishResult publishes a call's result in a producer span ("send
-// <p>.result.{personality}.{batch_id}.{call_id}", a child of ctx's span) whose context the
-// result's traceparent carries.
-func (w *Worker) publishResult(ctx context.Context, personality, callID string, res protocol.Result, callHeader bus.Header) (err error) {
-	batch := resultBatch(res.BatchID, callID)
-	res.BatchID = batch
-	subject, err := w.names.ResultSubject(personality, batch, callID)
-	if err != nil {
-		return err
-	}
-	data, err := protocol.EncodeResult(&res)
-	if err != nil {
-		return fmt.Errorf("encode result: %w", err)
-	}
-	sctx, span := w.startPublish(ctx, subject, callID, len(data))
-	defer func() { endPublish(span, err) }()
-	ctx, cancel := context.WithTimeout(sctx, opTimeout)
-	defer cancel()
-	msgID := protocol.ResultMsgID(callID)
-	if seq := callHeader.Get(protocol.HeaderRedrive); protocol.ValidToken(seq) {
-		msgID = protocol.RedriveResultMsgID(callID, seq)
-	}
-	if _, err := w.conn.Publish(ctx, subject, data, w.header(sctx, callHeader), msgID); err != nil {
-		return fmt.Errorf("publish result: %w", err)
-	}
-	return nil
-}
-
 // header returns the headers of a message caused by a call: the protocol
 // version and the trace context (never baggage): the one of ctx's span when
 // it has a valid one, else the call's own.
 func (w *Worker) header(ctx context.Context, callHeader bus.Header) bus.Header {
 	h := bus.Header{protocol.HeaderProtocol: {protocol.Version}}
 	for _, k := range []string{protocol.HeaderTraceparent, protocol.HeaderTracestate} {
-		if v := callHeader.Get(k); v != "" {
+		// A trace header longer than W3C asks to propagate is dropped: it
+		// would eat into the room of the result.
+		if v := callHeader.Get(k); v != "" && len(v) <= maxTraceHeader {
 			h.Set(k, v)
 		}
 	}
@@ -333,7 +354,7 @@ type completionRecord struct {
 }
 
 func (w *Worker) recordCompletion(callID string) {
-	ctx, cancel := opCtx()
+	ctx, cancel := w.opCtx()
 	defer cancel()
 	rec, _ := json.Marshal(completionRecord{WorkerID: w.cfg.WorkerID, At: time.Now().UTC()})
 	if _, err := w.kv.completions.Put(ctx, callID, rec); err != nil {
@@ -344,7 +365,7 @@ func (w *Worker) recordCompletion(callID string) {
 }
 
 func (w *Worker) ack(m *bus.Msg, callID string) {
-	ctx, cancel := opCtx()
+	ctx, cancel := w.opCtx()
 	defer cancel()
 	if err := m.Ack(ctx); err != nil {
 		w.log.Warn("ack failed; the call will be redelivered and acked from its completion record", "call_id", callID, "error", err)
@@ -368,9 +389,9 @@ func (w *Worker) recordFailure(callID, reason string) {
 	if callID == "" {
 		return
 	}
-	ctx, cancel := opCtx()
+	ctx, cancel := w.opCtx()
 	defer cancel()
-	if _, err := w.kv.failures.Put(ctx, callID, []byte(oneLine(reason))); err != nil {
+	if _, err := w.kv.failures.Put(ctx, callID, []byte(capReason(reason))); err != nil {
 		w.log.Warn("cannot record failure reason", "call_id", callID, "error", err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,9 +44,68 @@ type running struct {
 	// personality is the call's personality: a cancel request applies only
 	// to a call of the personality its subject names.
 	personality string
-	mu          sync.Mutex
-	cancelf     context.CancelCauseFunc
-	pending     error
+	// tool is the call's tool, for /readyz.
+	tool    string
+	mu      sync.Mutex
+	cancelf context.CancelCauseFunc
+	pending error
+	// stuckAt records, per kind, since when and why the call cannot
+	// finish (the zero value: it can), for /readyz.
+	stuckAt [stuckKinds]stuckState
+}
+
+// stuckKind is a reason a running call cannot finish.
+type stuckKind int
+
+const (
+	// stuckResult: its result cannot be published.
+	stuckResult stuckKind = iota
+	// stuckLease: its lease cannot be refreshed.
+	stuckLease
+	stuckKinds
+)
+
+// stuckState is since when and why a call cannot finish.
+type stuckState struct {
+	since time.Time
+	err   string
+}
+
+// resultStuckAfter is how long a result may stay unpublishable before
+// /readyz reports its call.
+const resultStuckAfter = 5 * time.Second
+
+// stuck records that the call cannot finish for reason k (since the first
+// time, with the last error).
+func (r *running) stuck(k stuckKind, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stuckAt[k].since.IsZero() {
+		r.stuckAt[k].since = time.Now()
+	}
+	r.stuckAt[k].err = err.Error()
+}
+
+// unstuck clears reason k.
+func (r *running) unstuck(k stuckKind) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stuckAt[k] = stuckState{}
+}
+
+// stuckReason says why the call cannot finish, or "" when it can: its
+// result unpublishable for resultStuckAfter, or its lease not refreshed
+// for longer than ackWait (the call is then redelivered elsewhere).
+func (r *running) stuckReason(now time.Time, ackWait time.Duration) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.stuckAt[stuckResult]; !s.since.IsZero() && now.Sub(s.since) >= resultStuckAfter {
+		return "result unpublishable for " + now.Sub(s.since).Round(time.Second).String() + ": " + s.err
+	}
+	if s := r.stuckAt[stuckLease]; !s.since.IsZero() && now.Sub(s.since) > ackWait {
+		return "lease not refreshed for " + now.Sub(s.since).Round(time.Second).String() + ": " + s.err
+	}
+	return ""
 }
 
 // setCancel installs the call's cancel function, applying an earlier request.
@@ -111,6 +172,22 @@ func (f *inflight) cancel(personality, id string, cause error) bool {
 		r.cancel(cause)
 	}
 	return ok
+}
+
+// stuck lists the calls that cannot finish, as "call <id> (<tool>):
+// <reason>", sorted.
+func (f *inflight) stuck(now time.Time, ackWait time.Duration) []string {
+	f.mu.Lock()
+	calls := maps.Clone(f.calls)
+	f.mu.Unlock()
+	var out []string
+	for id, r := range calls {
+		if reason := r.stuckReason(now, ackWait); reason != "" {
+			out = append(out, "call "+id+" ("+r.tool+"): "+reason)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (f *inflight) count() int {

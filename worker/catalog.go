@@ -158,7 +158,7 @@ func (w *Worker) heartbeatRegistration(ctx context.Context) {
 
 // deregister removes the worker from the catalog and the workers bucket.
 func (w *Worker) deregister() {
-	ctx, cancel := opCtx()
+	ctx, cancel := w.opCtx()
 	defer cancel()
 	if err := w.kv.workers.Delete(ctx, w.cfg.WorkerID); err != nil {
 		w.log.Warn("cannot remove worker record", "error", err)

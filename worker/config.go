@@ -82,6 +82,17 @@ type Config struct {
 	// (CAPSTAN_PROCESS_NETWORK): "" or "confined" refuses it,
 	// "unconfined" lets its children use TCP and UDP to any host.
 	ProcessNetwork string
+	// ResultMaxBytes caps a result message, headers included
+	// (CAPSTAN_RESULT_MAX_BYTES); default DefaultResultMaxBytes (1 MiB), at
+	// least MinResultMaxBytes. The server's max payload caps it further.
+	ResultMaxBytes int
+	// StructuredMaxBytes caps a result's structured payload, as JSON
+	// (CAPSTAN_STRUCTURED_MAX_BYTES); a larger one is left out of the
+	// message (and stored as a blob where allowed); default
+	// DefaultStructuredMaxBytes (256 KiB).
+	StructuredMaxBytes int
+	// Blobs configures large outputs stored by reference (CAPSTAN_BLOB_*).
+	Blobs BlobConfig
 	// StreamReplicas is the replica count of the streams and buckets this
 	// worker creates when they do not exist yet (3 on a 3-node cluster);
 	// default 1. Existing ones are left as they are.
@@ -97,6 +108,33 @@ type Config struct {
 	// default otel.GetMeterProvider(), a no-op unless the program set one.
 	MeterProvider metric.MeterProvider
 }
+
+// BlobConfig configures which full outputs a worker stores by reference in
+// the blobs bucket when the result message carries only a cut of them
+// (docs/protocol.md, "Large outputs by reference"). A personality may
+// forbid blobs for its calls (budget.blobs: false).
+type BlobConfig struct {
+	// Off stores no blob at all (CAPSTAN_BLOBS=off).
+	Off bool
+	// Tools lists the tools whose outputs may be stored (CAPSTAN_BLOB_TOOLS);
+	// empty or ["*"] means every hosted tool.
+	Tools []string
+	// MinBytes is the smallest full output stored (CAPSTAN_BLOB_MIN_BYTES):
+	// a smaller one is cheap to ask for again in parts; default
+	// DefaultBlobMinBytes (64 KiB); -1 stores any cut output.
+	MinBytes int
+	// MaxBytes is the largest full output stored (CAPSTAN_BLOB_MAX_BYTES);
+	// a larger one is not stored at all; default DefaultBlobMaxBytes
+	// (64 MiB), at most MaxBlobMaxBytes.
+	MaxBytes int
+}
+
+// Blob size defaults and bounds (BlobConfig).
+const (
+	DefaultBlobMinBytes = 64 << 10
+	DefaultBlobMaxBytes = 64 << 20
+	MaxBlobMaxBytes     = 1 << 30
+)
 
 // VaultConfig configures the vault secrets backend: KV v2 secrets, ref
 // "a/b/c" being field "c" of "<Mount>/data/<Prefix>/a/b". The worker logs in
@@ -149,6 +187,16 @@ func (c Config) withDefaults() Config {
 	c.SecretsEnvPrefix = cmp.Or(c.SecretsEnvPrefix, "CAPSTAN_SECRET_")
 	c.SecretCacheTTL = cmp.Or(c.SecretCacheTTL, 60*time.Second)
 	c.StreamReplicas = cmp.Or(c.StreamReplicas, 1)
+	c.ResultMaxBytes = cmp.Or(c.ResultMaxBytes, DefaultResultMaxBytes)
+	c.StructuredMaxBytes = cmp.Or(c.StructuredMaxBytes, DefaultStructuredMaxBytes)
+	c.Blobs.MinBytes = cmp.Or(c.Blobs.MinBytes, DefaultBlobMinBytes)
+	if c.Blobs.MinBytes < 0 {
+		c.Blobs.MinBytes = 0
+	}
+	c.Blobs.MaxBytes = cmp.Or(c.Blobs.MaxBytes, DefaultBlobMaxBytes)
+	if len(c.Blobs.Tools) == 1 && c.Blobs.Tools[0] == "*" {
+		c.Blobs.Tools = nil
+	}
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
 	}
@@ -203,6 +251,18 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_SHUTDOWN_GRACE must not be negative, got %s", c.ShutdownGrace))
+	}
+	if c.ResultMaxBytes < MinResultMaxBytes {
+		errs = append(errs, fmt.Errorf("CAPSTAN_RESULT_MAX_BYTES must be at least %d, got %d", MinResultMaxBytes, c.ResultMaxBytes))
+	}
+	if c.StructuredMaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("CAPSTAN_STRUCTURED_MAX_BYTES must be at least 1, got %d", c.StructuredMaxBytes))
+	}
+	if c.Blobs.MaxBytes < 1 || c.Blobs.MaxBytes > MaxBlobMaxBytes {
+		errs = append(errs, fmt.Errorf("CAPSTAN_BLOB_MAX_BYTES must be 1 to %d, got %d", MaxBlobMaxBytes, c.Blobs.MaxBytes))
+	}
+	if c.Blobs.MinBytes > c.Blobs.MaxBytes {
+		errs = append(errs, fmt.Errorf("CAPSTAN_BLOB_MIN_BYTES (%d) must not exceed CAPSTAN_BLOB_MAX_BYTES (%d)", c.Blobs.MinBytes, c.Blobs.MaxBytes))
 	}
 	if _, err := process.ParseNetworkMode(c.ProcessNetwork); err != nil {
 		errs = append(errs, fmt.Errorf("CAPSTAN_PROCESS_NETWORK %w", err))

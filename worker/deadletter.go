@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
@@ -30,9 +31,16 @@ func (w *Worker) rejectMalformed(ctx context.Context, m *bus.Msg, tokens protoco
 		callID = de.CallID
 	}
 	if err := w.deadLetter(m, toolTok, cause.Error()); err != nil {
-		w.retryLater(m, &protocol.Call{CallID: callID, Tool: toolTok}, err)
-		setOutcome(ctx, "retry")
-		return
+		reason, permanent := w.publishFault(err, w.names.DLQStream())
+		w.obs.publishFailed(ctx, "dead_letter", reason)
+		if !permanent {
+			w.retryLater(m, &protocol.Call{CallID: callID, Tool: toolTok}, err)
+			setOutcome(ctx, "retry")
+			return
+		}
+		// Retrying cannot cure it: the call is answered (when it can be)
+		// and acked without its dead letter.
+		w.log.ErrorContext(ctx, "malformed call not dead-lettered: the dead letter cannot be published", "subject", m.Subject, "error", err)
 	}
 	bad := protocol.Call{CallID: callID, Tool: subjectTool, PersonalityID: tokens.Personality}
 	if de != nil && !de.Undecodable() && subjectTool != "" {
@@ -48,7 +56,11 @@ func (w *Worker) rejectMalformed(ctx context.Context, m *bus.Msg, tokens protoco
 }
 
 // deadLetter copies a call to <p>.dlq.<tool>: the original body unchanged,
-// the original headers plus the dead-letter headers of protocol.md.
+// the original headers plus the dead-letter headers of protocol.md, the
+// reason on one line and at most ReasonMaxChars long. A dead letter that
+// would exceed the server's max payload (a call near the limit) has its
+// reason shortened, then its body cut, with Capstan-Dead-Body-Truncated
+// giving the body's original size.
 func (w *Worker) deadLetter(m *bus.Msg, toolTok, reason string) error {
 	subject, err := w.names.DLQSubject(toolTok)
 	if err != nil {
@@ -65,15 +77,29 @@ func (w *Worker) deadLetter(m *bus.Msg, toolTok, reason string) error {
 			delete(h, k)
 		}
 	}
-	h.Set(protocol.HeaderDeadReason, oneLine(reason))
+	reason = capReason(reason)
+	h.Set(protocol.HeaderDeadReason, reason)
 	h.Set(protocol.HeaderDeliveries, strconv.FormatUint(max(m.Deliveries, 1), 10))
 	h.Set(protocol.HeaderOriginalSubject, m.Subject)
 	h.Set(protocol.HeaderDeadAt, time.Now().UTC().Format(time.RFC3339))
-	ctx, cancel := opCtx()
+	data := m.Data
+	if over := bus.MessageSize(len(data), h, "") - w.conn.MaxPayload(); over > 0 {
+		cut := max(len(reason)-over, 0)
+		for cut > 0 && !utf8.RuneStart(reason[cut]) {
+			cut--
+		}
+		h.Set(protocol.HeaderDeadReason, reason[:cut])
+		if over = bus.MessageSize(len(data), h, "") - w.conn.MaxPayload(); over > 0 {
+			h.Set(protocol.HeaderDeadBodyTruncated, strconv.Itoa(len(data)))
+			over = bus.MessageSize(len(data), h, "") - w.conn.MaxPayload()
+			data = data[:max(len(data)-over, 0)]
+		}
+	}
+	ctx, cancel := w.opCtx()
 	defer cancel()
 	// The original headers are kept, Nats-Msg-Id included: one dead letter
 	// per call within the DLQ stream's duplicate window.
-	if _, err := w.conn.Publish(ctx, subject, m.Data, h, ""); err != nil {
+	if _, err := w.conn.Publish(ctx, subject, data, h, ""); err != nil {
 		return fmt.Errorf("dead-letter: %w", err)
 	}
 	return nil
@@ -112,7 +138,7 @@ func (w *Worker) handleAbandoned(ctx context.Context, cons *bus.PoolConsumer) {
 // DLQ with its last failure reason, answered with the abandonment result
 // (unless already answered), and removed from the calls stream.
 func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
-	ctx, cancel := opCtx()
+	ctx, cancel := w.opCtx()
 	defer cancel()
 	m, err := w.conn.GetMsg(ctx, w.names.CallsStream(), a.StreamSeq)
 	if errors.Is(err, bus.ErrNotFound) {
@@ -152,17 +178,32 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 			return w.conn.DeleteMsg(ctx, w.names.CallsStream(), a.StreamSeq)
 		}
 	}
+	// A dead letter or a result that retrying cannot publish is given up
+	// (logged and counted); any other failure leaves the advisory for a
+	// later try.
 	if err := w.deadLetter(m, toolTok, reason); err != nil {
-		return err
+		freason, permanent := w.publishFault(err, w.names.DLQStream())
+		w.obs.publishFailed(ctx, "dead_letter", freason)
+		if !permanent {
+			return err
+		}
+		w.log.Error("abandoned call not dead-lettered: the dead letter cannot be published", "call_id", call.CallID, "tool", toolTok, "error", err)
 	}
 	if call.CallID != "" && call.PersonalityID != "" {
 		o := refuse(&call, protocol.DecisionAbandoned, protocol.CodeExecutionFailed,
 			fmt.Sprintf("call abandoned after %d deliveries: %s", a.Deliveries, reason))
 		o.result.Deliveries = int(a.Deliveries)
 		// The abandonment result joins the call's trace.
-		if err := w.publishResult(telemetry.Extract(context.Background(), m.Header), call.PersonalityID, call.CallID, o.result, m.Header); err != nil {
-			return err
+		size, err := w.publishResult(telemetry.Extract(context.Background(), m.Header), call.PersonalityID, call.CallID, &o.result, m.Header)
+		if err != nil {
+			freason, permanent := w.publishFault(err, w.names.ResultsStream())
+			w.obs.publishFailed(ctx, "result", freason)
+			if !permanent {
+				return err
+			}
+			w.log.Error("abandonment result not publishable", "call_id", call.CallID, "tool", toolTok, "error", err)
 		}
+		o.bytes = size
 		w.recordAnswer(ctx, &call, o)
 		w.recordCompletion(call.CallID)
 		w.audit(&call, o, int(a.Deliveries))

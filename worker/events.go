@@ -40,15 +40,19 @@ func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progre
 		}
 		r := red.Load().With(secretValues(tc))
 		red.Store(r)
+		// Redacted, then capped at ProgressMaxChars.
+		msg, _, _ := shape.Trim(r.Redact(p.Message), ProgressMaxChars)
 		ev := protocol.Progress{Type: protocol.ProgressType, CallID: call.CallID, BatchID: batch, ToolName: call.Tool,
-			Message: r.Redact(p.Message), Percent: p.Percent, Audience: aud, Seq: seq.Add(1), Time: time.Now().UTC()}
+			Message: msg, Percent: p.Percent, Audience: aud, Seq: seq.Add(1), Time: time.Now().UTC()}
 		data, err := json.Marshal(ev)
 		if err != nil {
 			return err
 		}
-		ctx, cancel := opCtx()
+		ctx, cancel := w.opCtx()
 		defer cancel()
 		if _, err := w.conn.Publish(ctx, subject, data, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, ""); err != nil {
+			reason, _ := w.publishFault(err, w.names.ProgressStream())
+			w.obs.publishFailed(ctx, "progress", reason)
 			return fmt.Errorf("%w: progress event not published: %v", tool.ErrUnavailable, err)
 		}
 		return nil
@@ -56,7 +60,10 @@ func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progre
 }
 
 // audit writes the call's audit record on <p>.audit.<tool>: ids, decision,
-// outcome, duration, worker, and only the hash and size of the arguments.
+// outcome, duration, worker, only the hash and size of the arguments, the
+// size of the published result and the size and digest of its blob. The
+// session id is cut at 256 code points and the denial codes at 64 (the
+// rest counted): a record stays within a few KiB.
 func (w *Worker) audit(call *protocol.Call, o outcome, deliveries int) {
 	toolTok := call.Tool
 	if !protocol.ValidToken(toolTok) {
@@ -72,14 +79,21 @@ func (w *Worker) audit(call *protocol.Call, o outcome, deliveries int) {
 		PersonalityID: cmp.Or(call.PersonalityID, w.cfg.DefaultPersonality), Tool: call.Tool, Decision: o.decision,
 		Denials: o.denials, OK: o.result.OK, Code: o.result.Code, DurationMS: o.result.DurationMS,
 		WorkerID: w.cfg.WorkerID, Deliveries: deliveries, ArgsSHA256: hex.EncodeToString(sum[:]), ArgsBytes: len(call.Args),
+		ResultBytes: o.bytes,
 	}
+	if b := o.result.Blob; b != nil {
+		rec.BlobBytes, rec.BlobSHA256 = b.Size, b.SHA256
+	}
+	capAudit(&rec)
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return
 	}
-	ctx, cancel := opCtx()
+	ctx, cancel := w.opCtx()
 	defer cancel()
 	if _, err := w.conn.Publish(ctx, subject, data, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, ""); err != nil {
+		reason, _ := w.publishFault(err, w.names.AuditStream())
+		w.obs.publishFailed(ctx, "audit", reason)
 		w.log.Warn("cannot write audit record", "call_id", call.CallID, "error", err)
 	}
 }

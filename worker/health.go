@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -69,7 +71,8 @@ type Readiness struct {
 // Readiness runs every readiness check: the built-in ones ("consuming": Run
 // is pulling calls; "nats": the connection is up; "streams": the calls and
 // results streams answer; "secrets": the secrets backend's Health, when it
-// has one) and those added with AddReadyCheck.
+// has one; "slots": no slot is held by a call that cannot finish, see
+// checkSlots) and those added with AddReadyCheck.
 func (w *Worker) Readiness(ctx context.Context) Readiness {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
@@ -78,6 +81,7 @@ func (w *Worker) Readiness(ctx context.Context) Readiness {
 		"nats":      w.checkNATS,
 		"streams":   w.checkStreams,
 		"secrets":   w.checkSecrets,
+		"slots":     w.checkSlots,
 	}
 	w.health.mu.Lock()
 	maps.Copy(checks, w.health.checks)
@@ -153,6 +157,25 @@ func (w *Worker) checkStreams(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// checkSlots fails while slots are held by calls that cannot finish: a
+// result unpublishable for 5 seconds, or a lease not refreshed for longer
+// than AckWait. Its message counts them and names the first three.
+func (w *Worker) checkSlots(context.Context) error {
+	if !w.consuming() {
+		return errNotRunning
+	}
+	stuck := w.inflight.stuck(time.Now(), w.timing.AckWait)
+	if len(stuck) == 0 {
+		return nil
+	}
+	shown := stuck[:min(len(stuck), 3)]
+	msg := fmt.Sprintf("%d of %d slots held by calls that cannot finish: %s", len(stuck), w.cfg.Concurrency, strings.Join(shown, "; "))
+	if more := len(stuck) - len(shown); more > 0 {
+		msg += fmt.Sprintf("; and %d more", more)
+	}
+	return errors.New(msg)
 }
 
 func (w *Worker) checkSecrets(ctx context.Context) error {

@@ -51,14 +51,15 @@ func TestHealthEndpoints(t *testing.T) {
 	code, rd = readiness(t, h)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "ready", rd.Status)
-	require.Equal(t, map[string]string{"consuming": "ok", "nats": "ok", "streams": "ok", "secrets": "ok"}, rd.Checks)
+	require.Equal(t, map[string]string{"consuming": "ok", "nats": "ok", "streams": "ok", "secrets": "ok", "slots": "ok"}, rd.Checks)
 	// The process sandbox's status, as the kernel allows it.
 	sb, err := json.Marshal(process.Sandbox())
 	require.NoError(t, err)
 	var want map[string]any
 	require.NoError(t, json.Unmarshal(sb, &want))
-	require.Equal(t, map[string]any{"process_sandbox": want}, rd.Details)
+	require.Equal(t, map[string]any{"process_sandbox": want, "blobs": "on: bucket capstan_blobs"}, rd.Details)
 	w.SetReadyDetail("process_sandbox", nil)
+	w.SetReadyDetail("blobs", nil)
 
 	// Other parts add checks and details.
 	w.SetReadyDetail("sandbox", map[string]any{"landlock": "abi 4"})

@@ -40,7 +40,7 @@ type lease struct {
 // another worker holds it.
 func (w *Worker) takeLease(callID string) (*lease, error) {
 	ttl := w.timing.LeaseTTL()
-	ctx, cancel := opCtx()
+	ctx, cancel := w.opCtx()
 	defer cancel()
 	sent := time.Now()
 	rev, err := w.kv.leases.Create(ctx, callID, []byte(w.cfg.WorkerID), ttl)
@@ -64,7 +64,7 @@ func (l *lease) refresh() (held bool, err error) {
 	if l.released {
 		return true, nil // the call is over; nothing to keep alive
 	}
-	ctx, cancel := opCtx()
+	ctx, cancel := l.w.opCtx()
 	defer cancel()
 	sent := time.Now()
 	rev, err := l.w.kv.leases.UpdateTTL(ctx, l.callID, []byte(l.w.cfg.WorkerID), l.rev, l.ttl)
@@ -118,7 +118,7 @@ func (l *lease) release() {
 		return
 	}
 	l.released = true
-	ctx, cancel := opCtx()
+	ctx, cancel := l.w.opCtx()
 	defer cancel()
 	// A purge, not a delete: a delete leaves a marker that the bucket keeps
 	// for ever (one per call ever run), a purge's marker expires after
@@ -151,7 +151,10 @@ func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *running) (stop func()) {
 			return
 		}
 		if err != nil {
+			r.stuck(stuckLease, err)
 			w.log.Warn("cannot refresh call lease", "call_id", l.callID, "error", err)
+		} else {
+			r.unstuck(stuckLease)
 		}
 		t.Reset(w.timing.Heartbeat())
 	}

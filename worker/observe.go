@@ -43,6 +43,11 @@ type observer struct {
 	deliveries  metric.Int64Counter
 	denials     metric.Int64Counter
 	rateLimited metric.Int64Counter
+	// publishFailures counts failed publishes by kind and reason;
+	// blobs and blobBytes count the blobs stored and their bytes.
+	publishFailures metric.Int64Counter
+	blobs           metric.Int64Counter
+	blobBytes       metric.Int64Counter
 }
 
 func newObserver(tp trace.TracerProvider, mp metric.MeterProvider) (*observer, error) {
@@ -67,10 +72,24 @@ func newObserver(tp trace.TracerProvider, mp metric.MeterProvider) (*observer, e
 	o.rateLimited, err = m.Int64Counter(telemetry.MetricRateLimitRefusal, metric.WithUnit("{call}"),
 		metric.WithDescription("Calls refused by a fleet-wide rate limit"))
 	add(err)
+	o.publishFailures, err = m.Int64Counter(telemetry.MetricPublishFailures, metric.WithUnit("{failure}"),
+		metric.WithDescription("Publishes that failed, by kind (result, progress, audit, dead_letter, blob) and reason"))
+	add(err)
+	o.blobs, err = m.Int64Counter(telemetry.MetricBlobs, metric.WithUnit("{blob}"),
+		metric.WithDescription("Full outputs stored by reference in the blobs bucket"))
+	add(err)
+	o.blobBytes, err = m.Int64Counter(telemetry.MetricBlobBytes, metric.WithUnit("By"),
+		metric.WithDescription("Bytes of the full outputs stored by reference"))
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
 	return o, nil
+}
+
+// publishFailed counts a failed publish of kind for reason.
+func (o *observer) publishFailed(ctx context.Context, kind, reason string) {
+	o.publishFailures.Add(ctx, 1, metric.WithAttributes(telemetry.AttrPublishKind.String(kind), telemetry.AttrPublishReason.String(reason)))
 }
 
 // attrKey identifies the attribute set of a deliveries measurement
@@ -324,7 +343,8 @@ func (w *Worker) traceAccessors(tc *tool.Context) {
 
 // startPublish starts the producer span of a result publication. The span
 // is named after the subject template: the real subject holds ids.
-func (w *Worker) startPublish(ctx context.Context, subject, callID string, size int) (context.Context, trace.Span) {
+// The caller sets the body size once the message is encoded.
+func (w *Worker) startPublish(ctx context.Context, subject, callID string) (context.Context, trace.Span) {
 	template := w.names.Prefix() + ".result.{personality}.{batch_id}.{call_id}"
 	return w.obs.tracer.Start(ctx, "send "+template, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
 		semconv.MessagingSystemKey.String("nats"),
@@ -333,7 +353,6 @@ func (w *Worker) startPublish(ctx context.Context, subject, callID string, size 
 		semconv.MessagingDestinationName(subject),
 		semconv.MessagingDestinationTemplate(template),
 		semconv.MessagingMessageID(protocol.ResultMsgID(callID)),
-		semconv.MessagingMessageBodySize(size),
 	))
 }
 

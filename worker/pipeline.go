@@ -200,13 +200,22 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *running, a adm
 	if cause != nil {
 		res = tool.Fail(tool.CodeExecutionFailed, cause.Error())
 	}
-	// 12–15. Reduce, redact, trim, wrap.
+	// 12–15. Reduce, redact, trim, wrap, within the result's size limit.
 	_, reduce := w.phase(ctx, "reduce")
-	out := w.shapeResult(h, call, tc, res)
+	blobs := w.blobsAllowed(h, a.p)
+	limit := w.resultLimit()
+	if blobs {
+		limit -= blobRefReserve
+	}
+	out, body := w.shapeResult(h, call, tc, res, limit)
 	reduce.SetAttributes(telemetry.AttrTruncated.Bool(out.Truncated))
 	reduce.End()
 	out.DurationMS = time.Since(start).Milliseconds()
-	return outcome{result: out, decision: protocol.DecisionAllowed, denials: rec.list()}
+	o := outcome{result: out, decision: protocol.DecisionAllowed, denials: rec.list()}
+	if blobs {
+		o.blob = w.planBlob(res, body, &out, tc)
+	}
+	return o
 }
 
 func refusal(call *protocol.Call, r *capability.Refusal) outcome {
@@ -294,34 +303,47 @@ func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Cal
 }
 
 // shapeResult applies steps 12–15: reducer, secret redaction, budget trim and
-// untrusted wrapping.
-func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, res tool.Result) protocol.Result {
+// untrusted wrapping, with the result held to limit bytes encoded
+// (fitText: the structured payload is left out first, then the text is cut
+// further). body is the text published before the untrusted wrap or
+// stripping: what planBlob compares with the full output.
+func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, res tool.Result, limit int) (out protocol.Result, body string) {
 	res, _ = w.reducers.Apply(h.Name, res, call.Args, tc)
 	res = shape.RedactResult(res, secretValues(tc))
-	out := protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, OK: res.OK, CostUSD: res.CostUSD, Untrusted: h.OutputIsUntrusted}
+	out = protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, OK: res.OK, CostUSD: res.CostUSD,
+		Untrusted: h.OutputIsUntrusted, WorkerID: w.cfg.WorkerID}
 	budget := shape.Budget(tc.ResultBudgetChars, h.MaxResultChars)
+	text := res.Value
+	var finish func(string) string
 	if !res.OK {
 		out.Code = protocol.Code(res.Code)
-		out.Error, _, _ = shape.Trim(res.Error, budget)
+		text = res.Error
 		if h.OutputIsUntrusted {
-			out.Error = shape.StripTemplateTokens(out.Error)
+			finish = shape.StripTemplateTokens
 		}
-		return out
-	}
-	v, truncated, original := shape.Trim(res.Value, budget)
-	if truncated {
-		out.Truncated, out.OriginalChars = true, original
-	}
-	if h.OutputIsUntrusted {
-		v = shape.WrapUntrusted(v, shape.Source(h.Name, call.Args, resolvedPath(call, tc.WorkingDir)), h.Name)
-	}
-	out.Value = v
-	if res.Structured != nil {
-		if b, err := json.Marshal(res.Structured); err == nil {
-			out.Structured = b
+	} else {
+		if h.OutputIsUntrusted {
+			src := shape.Source(h.Name, call.Args, resolvedPath(call, tc.WorkingDir))
+			finish = func(v string) string { return shape.WrapUntrusted(v, src, h.Name) }
+		}
+		if res.Structured != nil {
+			if b, err := json.Marshal(res.Structured); err == nil {
+				out.Structured = b
+			}
 		}
 	}
-	return out
+	recordBody := func(s string) string {
+		body = s
+		if finish != nil {
+			return finish(s)
+		}
+		return s
+	}
+	if !fitText(&out, text, budget, recordBody, limit, w.cfg.StructuredMaxBytes) {
+		out = w.oversized(out, encodedLen(&out), w.limitText(min(w.cfg.ResultMaxBytes, w.conn.MaxPayload())))
+		body = ""
+	}
+	return out, body
 }
 
 // resolvedPath is the absolute path a `path` argument resolves to, joined to

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/argschema"
@@ -52,6 +53,14 @@ type Worker struct {
 	// errShutdown when the shutdown grace ends.
 	execBase   context.Context
 	cancelExec context.CancelCauseFunc
+	// ops is the parent of every bus operation (opsBase); stopOps ends it
+	// ShutdownMargin after the grace.
+	ops     context.Context
+	stopOps context.CancelFunc
+	// blobsOn is true once the blobs bucket is known to exist.
+	blobsOn atomic.Bool
+	// retryLimit is ResultRetryLimit (tests shorten it).
+	retryLimit time.Duration
 
 	// Shared by the scoped accessors (built by New).
 	secrets  secrets.Backend
@@ -90,6 +99,8 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 		log:      slog.New(telemetry.TraceHandler(cfg.Logger.Handler())),
 		ready:    make(chan struct{}),
 		names:    names,
+
+		retryLimit: ResultRetryLimit,
 	}
 	if w.obs, err = newObserver(cfg.TracerProvider, cfg.MeterProvider); err != nil {
 		return nil, err
@@ -120,6 +131,11 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 	for _, name := range cfg.Tools {
 		if _, ok := w.tools[name]; !ok {
 			return nil, fmt.Errorf("CAPSTAN_TOOLS names %q, which is not a known tool", name)
+		}
+	}
+	for _, name := range cfg.Blobs.Tools {
+		if _, ok := w.tools[name]; !ok {
+			return nil, fmt.Errorf("CAPSTAN_BLOB_TOOLS names %q, which this worker does not host", name)
 		}
 	}
 	if len(w.order) == 0 {
@@ -164,6 +180,12 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // cancels and hands back the rest, and returns. A start-up problem is returned
 // at once.
 func (w *Worker) Run(ctx context.Context) error {
+	// Every bus operation gives up ShutdownMargin after the grace, which
+	// starts when ctx ends: a worker whose NATS server is gone still exits.
+	w.ops, w.stopOps = context.WithCancel(context.Background())
+	defer w.stopOps()
+	stopShutdownClock := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.ShutdownGrace+ShutdownMargin, w.stopOps) })
+	defer stopShutdownClock()
 	sandbox := w.procCfg.Sandbox()
 	sandbox.Log(ctx, w.log)
 	// Children's temp dirs and cgroups that a killed worker left behind.
@@ -205,6 +227,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.openBuckets(startCtx); err != nil {
 		return err
 	}
+	w.checkBlobs(startCtx)
 	w.limiter = ratelimit.New(w.kv.ratelimits, nil)
 	w.inflight.calls = make(map[string]*running)
 	w.slots = make(chan struct{}, w.cfg.Concurrency)
@@ -266,6 +289,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(w.work)
 	handlers.Wait()
 	return nil
+}
+
+// checkBlobs turns blobs on when they are configured and the blobs bucket
+// exists; without the bucket (a NATS user that may not create it) the
+// worker runs without blobs, says so in its log and in /readyz's details.
+func (w *Worker) checkBlobs(ctx context.Context) {
+	if w.cfg.Blobs.Off {
+		w.SetReadyDetail("blobs", "off (CAPSTAN_BLOBS=off)")
+		return
+	}
+	if err := w.conn.BlobsReady(ctx); err != nil {
+		w.log.WarnContext(ctx, "large outputs will not be stored by reference: the blobs bucket is not available", "error", err)
+		w.SetReadyDetail("blobs", "off: "+err.Error())
+		return
+	}
+	w.blobsOn.Store(true)
+	w.SetReadyDetail("blobs", "on: bucket "+w.names.BlobsBucket())
 }
 
 func (w *Worker) openBuckets(ctx context.Context) error {

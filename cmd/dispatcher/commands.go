@@ -7,12 +7,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/capstanhq/capstan/client"
+	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 )
 
@@ -248,6 +251,7 @@ func (a *app) cmdTools(ctx context.Context, args []string) int {
 func (a *app) cmdResult(ctx context.Context, args []string) int {
 	fs := a.flags("result")
 	asJSON := fs.Bool("json", false, "print the whole result as JSON on stdout")
+	blobFile := fs.String("blob", "", "also write the call's full output (the blob its result refers to) to this file, its SHA-256 checked")
 	personality := personalityFlag(fs)
 	pos, code, done := a.parseCommand(fs, args, 1, "one call_id")
 	if done {
@@ -270,7 +274,47 @@ func (a *app) cmdResult(ctx context.Context, args []string) int {
 		a.errorf("result: no result for call %s (still running, never submitted, or expired)", pos[0])
 		return exitFailed
 	}
-	return a.printResult(r, *asJSON)
+	code = a.printResult(r, *asJSON)
+	if *blobFile != "" {
+		if bcode := a.writeBlob(ctx, c, r, *blobFile); bcode != exitOK {
+			return bcode
+		}
+	}
+	return code
+}
+
+// writeBlob writes the blob r refers to into file (mode 0600: an output may
+// be sensitive), checking its size and SHA-256; a blob that fails the
+// check leaves no file. It returns exitFailed when r has no blob, exitUsage
+// when it cannot be read or written.
+func (a *app) writeBlob(ctx context.Context, c *client.Client, r client.Result, file string) int {
+	if r.Blob == nil {
+		a.errorf("result: call %s has no blob: its result carries its whole output, or blobs were off or forbidden for it", r.CallID)
+		return exitFailed
+	}
+	rd, err := c.Blob(ctx, r)
+	if err != nil {
+		a.errorf("result: %v", err)
+		return exitUsage
+	}
+	defer rd.Close()
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		a.errorf("result: %v", err)
+		return exitUsage
+	}
+	if _, err := io.Copy(f, rd); err != nil {
+		_ = f.Close()
+		_ = os.Remove(file)
+		a.errorf("result: %v", err)
+		return exitUsage
+	}
+	if err := f.Close(); err != nil {
+		a.errorf("result: %v", err)
+		return exitUsage
+	}
+	a.errorf("result: wrote %s of %s (%s, SHA-256 %s) to %s", r.Blob.Part, bus.FormatBytes(r.Blob.Size), r.Blob.ContentType, r.Blob.SHA256, file)
+	return exitOK
 }
 
 func (a *app) cmdCancel(ctx context.Context, args []string) int {

@@ -100,7 +100,7 @@ func commands() []command {
 			"serve the pool as an MCP server (stdio, or streamable HTTP at http://<addr>/mcp); a session sees only its personality's tools", (*app).cmdMCP},
 		{"personality", "put <file|dir>... | get <id> | list | validate <file> | delete <id>",
 			"manage personalities (policies); put and validate print every problem", (*app).cmdPersonality},
-		{"result", "<call_id> [--json]", "print the stored result of a call", (*app).cmdResult},
+		{"result", "<call_id> [--json] [--blob file]", "print the stored result of a call; --blob writes its full output", (*app).cmdResult},
 		{"cancel", "<call_id> [--reason r]", "cancel a call", (*app).cmdCancel},
 		{"progress", "[--audience internal|user|dashboard] [--batch b] [--from-start]",
 			"print progress events as JSON lines until interrupted", (*app).cmdProgress},

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/capstanhq/capstan/worker"
@@ -41,6 +43,12 @@ type Config struct {
 	VaultPrefix        string        `env:"CAPSTAN_VAULT_PREFIX" envDefault:"capstan"`
 	HTTPAddr           string        `env:"CAPSTAN_HTTP_ADDR" envDefault:"127.0.0.1:9464"`
 	StreamReplicas     int           `env:"CAPSTAN_STREAM_REPLICAS" envDefault:"1"`
+	ResultMaxBytes     int           `env:"CAPSTAN_RESULT_MAX_BYTES" envDefault:"1048576"`
+	StructuredMaxBytes int           `env:"CAPSTAN_STRUCTURED_MAX_BYTES" envDefault:"262144"`
+	Blobs              string        `env:"CAPSTAN_BLOBS" envDefault:"on"`
+	BlobTools          []string      `env:"CAPSTAN_BLOB_TOOLS" envSeparator:","`
+	BlobMinBytes       int           `env:"CAPSTAN_BLOB_MIN_BYTES" envDefault:"65536"`
+	BlobMaxBytes       int           `env:"CAPSTAN_BLOB_MAX_BYTES" envDefault:"67108864"`
 	ProcessNetwork     string        `env:"CAPSTAN_PROCESS_NETWORK" envDefault:"confined"`
 	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" envDefault:"info"`
 	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT"`
@@ -66,10 +74,19 @@ func (c Config) validate() error {
 		{"CAPSTAN_POOL", c.Pool == "", "must not be empty"},
 		{"CAPSTAN_DEFAULT_PERSONALITY", c.DefaultPersonality == "", "must not be empty"},
 		{"CAPSTAN_SECRETS_BACKEND", c.SecretsBackend == "", "must not be empty"},
+		{"CAPSTAN_RESULT_MAX_BYTES", c.ResultMaxBytes == 0, "must be at least 16384, got 0"},
+		{"CAPSTAN_STRUCTURED_MAX_BYTES", c.StructuredMaxBytes == 0, "must be at least 1, got 0"},
+		{"CAPSTAN_BLOB_MAX_BYTES", c.BlobMaxBytes == 0, "must be 1 to 1073741824, got 0"},
 	} {
 		if z.zero {
 			errs = append(errs, fmt.Errorf("%s %s", z.name, z.want))
 		}
+	}
+	if c.Blobs != "on" && c.Blobs != "off" {
+		errs = append(errs, fmt.Errorf("CAPSTAN_BLOBS %q must be on or off", c.Blobs))
+	}
+	if c.BlobMinBytes < 0 {
+		errs = append(errs, fmt.Errorf("CAPSTAN_BLOB_MIN_BYTES must not be negative, got %d", c.BlobMinBytes))
 	}
 	if v, err := strconv.ParseBool(c.VaultSkipVerify); c.VaultSkipVerify != "" && (err != nil || v) {
 		errs = append(errs, errors.New("VAULT_SKIP_VERIFY is not supported: the worker always verifies Vault's TLS certificate (give its CA with VAULT_CACERT)"))
@@ -84,6 +101,12 @@ func (c Config) worker() worker.Config {
 			tools = append(tools, t)
 		}
 	}
+	var blobTools []string
+	for _, t := range c.BlobTools {
+		if t = strings.TrimSpace(t); t != "" && t != "*" {
+			blobTools = append(blobTools, t)
+		}
+	}
 	return worker.Config{
 		NATSURL: c.NATSURL, NATSCreds: c.NATSCreds, DataDir: c.DataDir, Prefix: c.Prefix,
 		PersonalitiesDir: c.PersonalitiesDir, DefaultPersonality: c.DefaultPersonality, WorkerID: c.WorkerID,
@@ -91,6 +114,10 @@ func (c Config) worker() worker.Config {
 		CallTimeout: c.CallTimeout, ShutdownGrace: zeroGrace(c.ShutdownGrace), SecretsBackend: c.SecretsBackend,
 		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix, SecretCacheTTL: noZero(c.SecretCacheTTL),
 		StreamReplicas: c.StreamReplicas, ProcessNetwork: c.ProcessNetwork,
+		ResultMaxBytes: c.ResultMaxBytes, StructuredMaxBytes: c.StructuredMaxBytes,
+		// CAPSTAN_BLOB_MIN_BYTES=0 stores every cut output: -1 in the
+		// worker package, whose 0 means its default.
+		Blobs: worker.BlobConfig{Off: c.Blobs == "off", Tools: blobTools, MinBytes: cmp.Or(c.BlobMinBytes, -1), MaxBytes: c.BlobMaxBytes},
 		Vault: worker.VaultConfig{
 			Addr: c.VaultAddr, Token: c.VaultToken, RoleID: c.VaultRoleID, SecretID: c.VaultSecretID,
 			CACert: c.VaultCACert, Namespace: c.VaultNamespace, Mount: c.VaultMount, Prefix: c.VaultPrefix,

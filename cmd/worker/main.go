@@ -33,6 +33,16 @@ func main() {
 	}
 }
 
+// cleanupTimeout bounds what the binary does after the worker stopped:
+// close the HTTP endpoints and flush telemetry.
+const cleanupTimeout = 2 * time.Second
+
+// exitMargin is how long after CAPSTAN_SHUTDOWN_GRACE the process has
+// exited at most once SIGTERM arrived, also with NATS unreachable:
+// worker.ShutdownMargin for the worker, cleanupTimeout for the binary
+// (docs/operations.md, "Shutdown").
+const exitMargin = worker.ShutdownMargin + cleanupTimeout
+
 const usage = `usage: worker
 
 Runs a Capstan worker. Everything is configured with environment variables;
@@ -44,7 +54,8 @@ see docs/operations.md. The most common:
   CAPSTAN_CONCURRENCY        calls run at once (64)
   CAPSTAN_POOL               pool served (default)
   CAPSTAN_TOOLS              tools hosted (all built-ins)
-  CAPSTAN_SHUTDOWN_GRACE     drain time on SIGTERM (30s)
+  CAPSTAN_SHUTDOWN_GRACE     drain time on SIGTERM (30s); the process exits at most 5s later
+  CAPSTAN_BLOBS              on (store large outputs by reference in the blobs bucket) or off
   CAPSTAN_PROCESS_NETWORK    confined (refuse process network without user namespaces) or unconfined
 `
 
@@ -73,13 +84,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
-	defer func() {
-		// Flush what the exporters hold, without waiting long for a collector
-		// that is down.
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// After Run returns (at most CAPSTAN_SHUTDOWN_GRACE +
+	// worker.ShutdownMargin after SIGTERM), the HTTP endpoints close and
+	// the exporters flush within cleanupTimeout in all: an orchestrator
+	// that kills at the grace plus exitMargin finds the process gone.
+	var srv *http.Server
+	stopped := false
+	stop := func() {
+		// Flush what the exporters hold, without waiting long for a
+		// collector that is down.
+		sctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
+		if srv != nil {
+			_ = srv.Shutdown(sctx)
+		}
 		if err := tel.Shutdown(sctx); err != nil {
 			log.Warn("telemetry shutdown", "error", err)
+		}
+		stopped = true
+	}
+	defer func() {
+		if !stopped {
+			stop()
 		}
 	}()
 	wc := cfg.worker()
@@ -91,7 +117,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
-	var srv *http.Server
 	if cfg.HTTPAddr != "" && cfg.HTTPAddr != "off" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
@@ -110,11 +135,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			"traces_exported", tel.TracesExported, "metrics_exported", tel.MetricsExported)
 	}
 	err = w.Run(ctx)
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}
+	stop()
 	if err == nil {
 		log.Info("worker stopped")
 	}

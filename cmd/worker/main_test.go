@@ -55,6 +55,15 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"ack wait zero", map[string]string{"CAPSTAN_ACK_WAIT": "0s"}, `CAPSTAN_ACK_WAIT must be at least 3s, got 0s`},
 		{"ack wait short", map[string]string{"CAPSTAN_ACK_WAIT": "2s"}, `CAPSTAN_ACK_WAIT must be at least 3s, got 2s`},
 		{"ack wait not a duration", map[string]string{"CAPSTAN_ACK_WAIT": "30"}, `CAPSTAN_ACK_WAIT: "30" is not a duration`},
+		{"blobs", map[string]string{"CAPSTAN_BLOBS": "maybe"}, `CAPSTAN_BLOBS "maybe" must be on or off`},
+		{"blob tools", map[string]string{"CAPSTAN_BLOB_TOOLS": "echo,nope"}, `CAPSTAN_BLOB_TOOLS names "nope", which this worker does not host`},
+		{"blob min negative", map[string]string{"CAPSTAN_BLOB_MIN_BYTES": "-5"}, `CAPSTAN_BLOB_MIN_BYTES must not be negative, got -5`},
+		{"blob max too large", map[string]string{"CAPSTAN_BLOB_MAX_BYTES": "2000000000"}, `CAPSTAN_BLOB_MAX_BYTES must be 1 to 1073741824, got 2000000000`},
+		{"blob max zero", map[string]string{"CAPSTAN_BLOB_MAX_BYTES": "0"}, `CAPSTAN_BLOB_MAX_BYTES must be 1 to 1073741824, got 0`},
+		{"blob min over max", map[string]string{"CAPSTAN_BLOB_MIN_BYTES": "100", "CAPSTAN_BLOB_MAX_BYTES": "50"}, `CAPSTAN_BLOB_MIN_BYTES (100) must not exceed CAPSTAN_BLOB_MAX_BYTES (50)`},
+		{"result max small", map[string]string{"CAPSTAN_RESULT_MAX_BYTES": "100"}, `CAPSTAN_RESULT_MAX_BYTES must be at least 16384, got 100`},
+		{"result max zero", map[string]string{"CAPSTAN_RESULT_MAX_BYTES": "0"}, `CAPSTAN_RESULT_MAX_BYTES must be at least 16384, got 0`},
+		{"structured max", map[string]string{"CAPSTAN_STRUCTURED_MAX_BYTES": "-1"}, `CAPSTAN_STRUCTURED_MAX_BYTES must be at least 1, got -1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -198,4 +207,74 @@ func TestSIGTERMLosesNoCall(t *testing.T) {
 	require.Equal(t, 4, byFirst, "short calls finish within the grace")
 	require.Equal(t, 4, bySecond, "long calls are handed back and rerun")
 	require.False(t, strings.Contains(logs.String(), `"level":"ERROR"`), "no errors logged: %s", &logs)
+}
+
+// TestSIGTERMWithNATSGoneExitsWithinTheGrace runs the built binary with
+// calls in flight, stops its NATS server, and sends SIGTERM: the process
+// exits within CAPSTAN_SHUTDOWN_GRACE plus exitMargin, however long its bus
+// operations would wait for a server that is gone (it used to take about
+// 70s with a 30s grace). The bound adds generous slack for a loaded
+// machine: it proves the exit does not wait on the bus, not how fast it is.
+func TestSIGTERMWithNATSGoneExitsWithinTheGrace(t *testing.T) {
+	t.Parallel()
+	bin := buildWorker(t)
+	srv := bustest.NewRestartable(t)
+	url := srv.URL()
+	conn := bustest.Conn(t, url, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pkv, err := conn.KV(ctx, bus.Personalities)
+	require.NoError(t, err)
+	_, err = pkv.Put(ctx, "default", []byte("id: default\n"))
+	require.NoError(t, err)
+
+	const grace = 2 * time.Second
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"CAPSTAN_NATS_URL="+url, "CAPSTAN_NATS_CREDS="+bustest.Creds(url), "CAPSTAN_WORKER_ID=gone-1", "CAPSTAN_CONCURRENCY=4",
+		"CAPSTAN_SHUTDOWN_GRACE="+grace.String(), "CAPSTAN_HTTP_ADDR=127.0.0.1:0", "CAPSTAN_LOG_FORMAT=json")
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	progress := make(chan string, 16)
+	stopTail, err := conn.Tail(ctx, "CAPSTAN_PROGRESS", []string{"capstan.progress.internal.default.gone.>"}, bus.FromNew, func(m *bus.Msg) { progress <- m.Subject })
+	require.NoError(t, err)
+	defer stopTail()
+	// Calls that outlast the grace, running when the server goes.
+	for i := range 3 {
+		id := fmt.Sprintf("g%d", i)
+		body := fmt.Sprintf(`{"call_id":%q,"batch_id":"gone","tool":"echo","session_id":"s","args":{"text":"x","sleep_ms":60000,"progress":[{"message":"started"}]}}`, id)
+		_, err := conn.Publish(ctx, "capstan.call.default.default.echo", []byte(body), nil, id)
+		require.NoError(t, err)
+	}
+	for range 3 {
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			t.Fatalf("calls did not start: %s", &logs)
+		}
+	}
+
+	srv.Stop()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	sent := time.Now()
+	bound := grace + exitMargin + 10*time.Second
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "worker exit: %s", &logs)
+	case <-time.After(bound):
+		_ = cmd.Process.Kill()
+		t.Fatalf("worker still running %s after SIGTERM with NATS gone: %s", bound, &logs)
+	}
+	t.Logf("exited %s after SIGTERM (grace %s, margin %s)", time.Since(sent).Round(time.Millisecond), grace, exitMargin)
+	require.Contains(t, logs.String(), "handing back in-flight calls")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,9 +38,17 @@ func (h Header) Clone() Header {
 
 // Publish publishes to a JetStream stream and waits for the ack. A non-empty
 // msgID sets Nats-Msg-Id; duplicate reports that the stream had already seen it.
-// A subject the connection's user may not publish to fails with
-// ErrPermissionDenied.
+// Errors that retrying cannot cure are told apart (errors.Is): a subject the
+// connection's user may not publish to fails with ErrPermissionDenied; a
+// message larger than the server's max payload (MaxPayload, checked before
+// anything is sent) or than the stream's maximum message size with
+// ErrTooLarge (a *TooLargeError); a subject no stream captures with
+// ErrNoStream.
 func (c *Conn) Publish(ctx context.Context, subject string, data []byte, hdr Header, msgID string) (duplicate bool, err error) {
+	size := MessageSize(len(data), hdr, msgID)
+	if limit := c.MaxPayload(); size > limit {
+		return false, fmt.Errorf("bus: publish %s: %w", subject, &TooLargeError{Size: size, Limit: limit})
+	}
 	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header(hdr.Clone())}
 	var opts []jetstream.PublishOpt
 	if msgID != "" {
@@ -51,9 +60,104 @@ func (c *Conn) Publish(ctx context.Context, subject string, data []byte, hdr Hea
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("bus: publish %s: %w", subject, err)
+		return false, fmt.Errorf("bus: publish %s: %w", subject, c.publishError(err, size))
 	}
 	return ack.Duplicate, nil
+}
+
+// publishError wraps the publish errors that retrying cannot cure in this
+// package's sentinels, keeping nats.go's error in the chain.
+func (c *Conn) publishError(err error, size int) error {
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload):
+		return &TooLargeError{Size: size, Limit: c.MaxPayload(), cause: err}
+	case errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
+		return &TooLargeError{Size: size, Stream: true, cause: err}
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("%w: %w", ErrNoStream, err)
+	}
+	return err
+}
+
+// ErrTooLarge is wrapped by the error of a publish whose message is larger
+// than the server or the stream accepts; see TooLargeError.
+var ErrTooLarge = errors.New("message too large")
+
+// ErrNoStream is wrapped by the error of a JetStream publish that no stream
+// answered: no stream captures the subject (it was deleted, or never
+// created), or, briefly, a clustered stream has no leader. StreamExists
+// tells the two apart.
+var ErrNoStream = errors.New("no stream answered the publish")
+
+// TooLargeError is a publish refused for its size.
+type TooLargeError struct {
+	// Size is the message's size in bytes, headers included.
+	Size int
+	// Limit is the server's max payload; 0 when the stream's own maximum
+	// message size refused it (Stream).
+	Limit int
+	// Stream is true when the stream's maximum message size (max_msg_size)
+	// refused the message rather than the server's max payload.
+	Stream bool
+	cause  error
+}
+
+// Error names both sizes.
+func (e *TooLargeError) Error() string {
+	if e.Stream {
+		return fmt.Sprintf("message of %s exceeds the stream's maximum message size", FormatBytes(int64(e.Size)))
+	}
+	return fmt.Sprintf("message of %s exceeds the server's %s message limit", FormatBytes(int64(e.Size)), FormatBytes(int64(e.Limit)))
+}
+
+// Unwrap returns ErrTooLarge and nats.go's error, if any.
+func (e *TooLargeError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{ErrTooLarge, e.cause}
+	}
+	return []error{ErrTooLarge}
+}
+
+// MaxPayload returns the largest message, headers included, that the server
+// of the current connection accepts (its max_payload, 1 MiB unless
+// configured otherwise). It may change when the connection moves to another
+// server of a cluster.
+func (c *Conn) MaxPayload() int { return int(c.nc.MaxPayload()) }
+
+// MessageSize returns the size that a message of dataLen bytes with headers
+// hdr and, when not empty, Nats-Msg-Id msgID takes against the server's max
+// payload: the data plus the encoded header block, as nats.go counts it.
+func MessageSize(dataLen int, hdr Header, msgID string) int {
+	if len(hdr) == 0 && msgID == "" {
+		return dataLen
+	}
+	n := dataLen + len("NATS/1.0\r\n") + len("\r\n")
+	for k, vs := range hdr {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	if msgID != "" && hdr.Get(jetstream.MsgIDHeader) == "" {
+		n += len(jetstream.MsgIDHeader) + len(": ") + len(msgID) + len("\r\n")
+	}
+	return n
+}
+
+// FormatBytes formats a size for messages: whole binary units as "1 MiB" or
+// "512 KiB", other sizes in decimal units with one decimal ("6.7 MB",
+// "1.5 kB"), and sizes under 1000 as "<n> bytes".
+func FormatBytes(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + " KiB"
+	case n >= 1_000_000:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + " MB"
+	case n >= 1000:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + " kB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // PublishCore publishes on core NATS (no stream, no ack).

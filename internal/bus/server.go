@@ -5,6 +5,7 @@
 package bus
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -34,7 +35,16 @@ type ServerConfig struct {
 	// every start of theirs generates new credentials and an old seed is
 	// refused.
 	ReuseCredentials bool
+	// MaxPayload is the largest message the server accepts, headers
+	// included; default DefaultEmbeddedMaxPayload (8 MiB). Results never
+	// exceed the worker's own limit (docs/reliability.md, "Result size"),
+	// whatever this is.
+	MaxPayload int32
 }
+
+// DefaultEmbeddedMaxPayload is the max payload of an embedded server whose
+// ServerConfig sets none: 8 MiB, as deploy/nats configures the cluster.
+const DefaultEmbeddedMaxPayload = 8 << 20
 
 // Server is an embedded nats-server with JetStream that requires
 // authentication: only connections that sign the server's nonce with the
@@ -108,7 +118,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		StoreDir:           cfg.DataDir,
 		NoSigs:             true,
 		NoLog:              true,
-		MaxPayload:         8 << 20,
+		MaxPayload:         cmp.Or(cfg.MaxPayload, DefaultEmbeddedMaxPayload),
 		JetStreamMaxMemory: 256 << 20,
 		// The only user; no password is sent: the client signs a nonce.
 		Nkeys: []*server.NkeyUser{{Nkey: pub}},

@@ -203,7 +203,10 @@ func (e *VersionError) Error() string {
 //     of permission, the error is a *MissingError; if another component
 //     created it meanwhile, that one is checked instead;
 //   - one this user may not even read is left alone: the users that may
-//     read it check it (a tenant's user reads only what it needs).
+//     read it check it (a tenant's user reads only what it needs);
+//   - the blobs bucket (an Object Store bucket, see PutBlob) is created
+//     like the others, but a user that may not create it connects without
+//     it.
 func (c *Conn) EnsureTopology(ctx context.Context) error {
 	wants := c.streamConfigs()
 	var v1 []versionOne
@@ -225,6 +228,13 @@ func (c *Conn) EnsureTopology(ctx context.Context) error {
 		if err := c.ensureBucket(ctx, c.bucketConfig(b)); err != nil {
 			return err
 		}
+	}
+	// The blobs bucket is optional for a user that may not create it: a
+	// client without it reads every result but no blob, and a worker
+	// checks it with BlobsReady.
+	var missing *MissingError
+	if err := c.ensureBlobs(ctx); err != nil && !errors.As(err, &missing) {
+		return err
 	}
 	return nil
 }

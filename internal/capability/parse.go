@@ -73,11 +73,18 @@ func (d *docParser) parse(data []byte) *Personality {
 	p.Process, p.ProcessLimits = d.process(doc)
 	d.rateLimits(doc, p)
 	if v, ok := field(doc, "budget"); ok {
-		if b, ok := d.object(v, "budget", "result_chars"); ok {
+		if b, ok := d.object(v, "budget", "result_chars", "blobs"); ok {
 			if v, ok := field(b, "result_chars"); ok {
 				if n, ok := d.integer(v, "budget.result_chars"); ok {
 					p.BudgetChars = n
 				}
+			}
+			if v, ok := field(b, "blobs"); ok {
+				allowed, ok := v.(bool)
+				if !ok {
+					d.addf("budget.blobs", "must be true or false")
+				}
+				p.ForbidBlobs = ok && !allowed
 			}
 		}
 	}

@@ -68,6 +68,11 @@ type Personality struct {
 	RateLimits map[string]RateLimit
 	// BudgetChars is budget.result_chars, DefaultBudgetChars when absent.
 	BudgetChars int
+	// ForbidBlobs is budget.blobs: false: the full output of this
+	// personality's calls is never stored by reference; their results
+	// carry only what fits the message (docs/protocol.md, "Large outputs by
+	// reference").
+	ForbidBlobs bool
 }
 
 // FSReach is a personality's fs_reach section.

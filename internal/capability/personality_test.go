@@ -109,6 +109,21 @@ func TestParseMinimalAndJSON(t *testing.T) {
 	require.Equal(t, &Ceiling{Allow: []string{}}, p.Process)
 }
 
+func TestParseBlobs(t *testing.T) {
+	t.Parallel()
+	for doc, forbid := range map[string]bool{
+		"id: a\n":                                        false,
+		"id: a\nbudget: {blobs: true}":                   false,
+		"id: a\nbudget: {blobs: null}":                   false,
+		"id: a\nbudget: {blobs: false}":                  true,
+		"id: a\nbudget: {result_chars: 9, blobs: false}": true,
+	} {
+		p, err := Parse([]byte(doc), Env{})
+		require.NoError(t, err, doc)
+		require.Equal(t, forbid, p.ForbidBlobs, doc)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -205,6 +220,8 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`process.allow[0]: binary "a\nb" contains a control character`}},
 		{name: "budget not a number", doc: "id: a\nbudget: {result_chars: lots}", want: []string{"budget.result_chars: must be an integer greater than 0"}},
 		{name: "budget not a mapping", doc: "id: a\nbudget: 5", want: []string{"budget: must be a mapping"}},
+		{name: "blobs not a boolean", doc: "id: a\nbudget: {blobs: forbid}", want: []string{"budget.blobs: must be true or false"}},
+		{name: "blobs as a string", doc: "id: a\nbudget: {blobs: \"false\"}", want: []string{"budget.blobs: must be true or false"}},
 		{name: "safety not a mapping", doc: "id: a\nsafety: [1]", want: []string{"safety: must be a mapping"}},
 		{name: "network not a mapping", doc: "id: a\nsafety: {network: 1}", want: []string{"safety.network: must be a mapping"}},
 		{name: "fs_reach not a mapping", doc: "id: a\nfs_reach: /x", want: []string{"fs_reach: must be a mapping"}},

@@ -26,6 +26,10 @@ const (
 	HeaderDeliveries      = "Capstan-Deliveries"
 	HeaderOriginalSubject = "Capstan-Original-Subject"
 	HeaderDeadAt          = "Capstan-Dead-At"
+	// HeaderDeadBodyTruncated is set on a dead letter whose body had to be
+	// cut to fit the server's max payload beside the dead-letter headers;
+	// its value is the original body's size in bytes.
+	HeaderDeadBodyTruncated = "Capstan-Dead-Body-Truncated"
 	// HeaderRedrive marks a call re-published from the DLQ by "dispatcher
 	// dlq redrive"; its value is the dead letter's DLQ sequence. The result
 	// of such a call gets its own Nats-Msg-Id (RedriveResultMsgID).

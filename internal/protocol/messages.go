@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -62,6 +63,67 @@ type Result struct {
 	DurationMS    int64           `json:"duration_ms"`
 	WorkerID      string          `json:"worker_id,omitempty"`
 	Deliveries    int             `json:"deliveries,omitempty"`
+	// StructuredOmitted is true when the tool returned a structured payload
+	// that the result message could not carry (protocol.md, "Result size");
+	// Blob holds it when its Part is BlobPartStructured.
+	StructuredOmitted bool `json:"structured_omitted,omitempty"`
+	// Blob refers to the call's full output, stored in the blobs bucket
+	// because the message carries only a cut of it; nil when nothing was
+	// stored.
+	Blob *BlobRef `json:"blob,omitempty"`
+}
+
+// BlobRef refers to a call's full output stored in the blobs bucket, a
+// JetStream Object Store bucket (protocol.md, "Large outputs by
+// reference"). The object can be read by name with any Object Store client,
+// or, by a user that may read only its personality's blobs, from its chunk
+// subject (ChunkSubject) in stream order; either way its bytes must have
+// Size and SHA256.
+type BlobRef struct {
+	// Bucket is the Object Store bucket: <p>_blobs (stream OBJ_<p>_blobs).
+	Bucket string `json:"bucket"`
+	// Name is the object's name: <personality>/<call_id>.
+	Name string `json:"name"`
+	// NUID is the object's chunk id, "<personality>.<random token>": its
+	// chunks are the messages on $O.<bucket>.C.<nuid>.
+	NUID string `json:"nuid"`
+	// Size is the object's size in bytes.
+	Size int64 `json:"size"`
+	// SHA256 is the hex SHA-256 digest of the object's bytes.
+	SHA256 string `json:"sha256"`
+	// ContentType is "text/plain; charset=utf-8" for a value or an error
+	// message, "application/json" for a structured payload.
+	ContentType string `json:"content_type"`
+	// Part says what the object holds in full: BlobPartValue,
+	// BlobPartError or BlobPartStructured.
+	Part string `json:"part"`
+}
+
+// What a blob holds (BlobRef.Part).
+const (
+	BlobPartValue      = "value"
+	BlobPartError      = "error"
+	BlobPartStructured = "structured"
+)
+
+// Content types of blobs.
+const (
+	BlobTypeText = "text/plain; charset=utf-8"
+	BlobTypeJSON = "application/json"
+)
+
+// ChunkSubject returns the subject of the object's chunks,
+// $O.<bucket>.C.<nuid>, or an error when the bucket or the id is not made
+// of valid tokens.
+func (b *BlobRef) ChunkSubject() (string, error) {
+	if err := CheckToken("blob bucket", b.Bucket); err != nil {
+		return "", err
+	}
+	personality, id, ok := strings.Cut(b.NUID, ".")
+	if !ok || !ValidToken(personality) || !ValidToken(id) {
+		return "", fmt.Errorf("blob nuid %q must be <personality>.<token>", b.NUID)
+	}
+	return "$O." + b.Bucket + ".C." + b.NUID, nil
 }
 
 // MarshalJSON writes value only for ok results and error/code only for failures.
@@ -155,13 +217,23 @@ type AuditRecord struct {
 	Tool          string    `json:"tool"`
 	Decision      string    `json:"decision"`
 	Denials       []string  `json:"denials,omitempty"`
-	OK            bool      `json:"ok"`
-	Code          Code      `json:"code,omitempty"`
-	DurationMS    int64     `json:"duration_ms"`
-	WorkerID      string    `json:"worker_id"`
-	Deliveries    int       `json:"deliveries,omitempty"`
-	ArgsSHA256    string    `json:"args_sha256"`
-	ArgsBytes     int       `json:"args_bytes"`
+	// DenialsOmitted counts the denial codes beyond the first 64, which the
+	// record leaves out.
+	DenialsOmitted int    `json:"denials_omitted,omitempty"`
+	OK             bool   `json:"ok"`
+	Code           Code   `json:"code,omitempty"`
+	DurationMS     int64  `json:"duration_ms"`
+	WorkerID       string `json:"worker_id"`
+	Deliveries     int    `json:"deliveries,omitempty"`
+	ArgsSHA256     string `json:"args_sha256"`
+	ArgsBytes      int    `json:"args_bytes"`
+	// ResultBytes is the size of the published result message's body.
+	ResultBytes int `json:"result_bytes,omitempty"`
+	// BlobBytes and BlobSHA256 are the size and hex SHA-256 of the blob
+	// holding the call's full output, when one was stored (never its
+	// content).
+	BlobBytes  int64  `json:"blob_bytes,omitempty"`
+	BlobSHA256 string `json:"blob_sha256,omitempty"`
 }
 
 // CatalogEntry is a tool's definition in the capstan_tools bucket, keyed by name.

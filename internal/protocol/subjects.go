@@ -68,6 +68,11 @@ func (n Names) RateLimitsBucket() string { return n.bucket("ratelimits") }
 // FailuresBucket keeps the last infrastructure failure of a call (internal).
 func (n Names) FailuresBucket() string { return n.bucket("failures") }
 
+// BlobsBucket is the Object Store bucket of large outputs stored by
+// reference (protocol.md, "Large outputs by reference"): <p>_blobs, its
+// stream OBJ_<p>_blobs.
+func (n Names) BlobsBucket() string { return n.bucket("blobs") }
+
 // CallsFilter is the filter subject of the calls stream: <p>.call.>.
 func (n Names) CallsFilter() string { return n.prefix + ".call.>" }
 

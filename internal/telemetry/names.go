@@ -52,6 +52,13 @@ const (
 	AttrDuplicate = attribute.Key("capstan.duplicate")
 	// AttrRedelivery is true on a delivery after the first.
 	AttrRedelivery = attribute.Key("capstan.redelivery")
+	// AttrPublishKind is what a failed publish carried: result, progress,
+	// audit, dead_letter or blob.
+	AttrPublishKind = attribute.Key("capstan.publish.kind")
+	// AttrPublishReason is why a publish failed: too_large,
+	// permission_denied, no_stream (the stream does not exist),
+	// no_response (no stream answered, briefly), timeout or unavailable.
+	AttrPublishReason = attribute.Key("capstan.publish.reason")
 )
 
 // EventDenial is the name of the span event recorded for every denial.
@@ -75,6 +82,9 @@ const (
 	MetricSecretCacheMiss  = "capstan.secret.cache.misses"
 	MetricRateLimitRefusal = "capstan.rate_limit.refusals"
 	MetricSpansDropped     = "capstan.spans.dropped"
+	MetricPublishFailures  = "capstan.publish.failures"
+	MetricBlobs            = "capstan.blobs"
+	MetricBlobBytes        = "capstan.blob.bytes"
 )
 
 // DurationBuckets are the bucket bounds, in seconds, of call duration

@@ -218,10 +218,18 @@ func TestPrometheusNames(t *testing.T) {
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error { o.ObserveInt64(g, 3); return nil }, g)
 	require.NoError(t, err)
 
+	pf, err := m.Int64Counter(telemetry.MetricPublishFailures, metric.WithUnit("{failure}"))
+	require.NoError(t, err)
+	pf.Add(context.Background(), 1, metric.WithAttributes(telemetry.AttrPublishKind.String("result"), telemetry.AttrPublishReason.String("too_large")))
+	bb, err := m.Int64Counter(telemetry.MetricBlobBytes, metric.WithUnit("By"))
+	require.NoError(t, err)
+	bb.Add(context.Background(), 5)
+
 	rec := httptest.NewRecorder()
 	tel.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	body := rec.Body.String()
-	for _, want := range []string{"capstan_calls_total 2", `capstan_call_duration_seconds_bucket{le="0.25"} 1`, "capstan_slots_free 3"} {
+	for _, want := range []string{"capstan_calls_total 2", `capstan_call_duration_seconds_bucket{le="0.25"} 1`, "capstan_slots_free 3",
+		`capstan_publish_failures_total{capstan_publish_kind="result",capstan_publish_reason="too_large"} 1`, "capstan_blob_bytes_total 5"} {
 		require.Contains(t, body, want)
 	}
 }

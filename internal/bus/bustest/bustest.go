@@ -34,12 +34,30 @@ func Creds(url string) string {
 	return s
 }
 
+// Option changes the configuration of a server Server starts.
+type Option func(*bus.ServerConfig)
+
+// StockMaxPayload is nats-server's default max payload (1 MiB), the limit
+// of a stock "nats-server -js" and of most hosted NATS services.
+const StockMaxPayload = 1 << 20
+
+// MaxPayload sets the server's max payload in bytes (the embedded server's
+// default is bus.DefaultEmbeddedMaxPayload); MaxPayload(StockMaxPayload)
+// gives a server with the stock limit.
+func MaxPayload(n int32) Option {
+	return func(c *bus.ServerConfig) { c.MaxPayload = n }
+}
+
 // Server starts an embedded JetStream server on a random loopback port with
 // its store in a test temp dir, stopped when the test ends. It returns the URL;
 // clients authenticate with Creds(url).
-func Server(t testing.TB) string {
+func Server(t testing.TB, opts ...Option) string {
 	t.Helper()
-	s, err := bus.StartServer(bus.ServerConfig{DataDir: t.TempDir(), Port: -1})
+	cfg := bus.ServerConfig{DataDir: t.TempDir(), Port: -1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := bus.StartServer(cfg)
 	if err != nil {
 		t.Fatalf("start embedded server: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/capstanhq/capstan/tool"
 )
@@ -56,7 +57,9 @@ type runProcessArgs struct {
 //
 // with the streams exactly as captured (a trailing newline of stdout is
 // followed by the "\n" before "--- stderr ---"), and Structured
-// {"exit_code": n (int), "stdout": string, "stderr": string}. timeout_ms
+// {"exit_code": n (int), "stdout": string, "stderr": string}, each stream
+// there cut to its first StructuredStreamBytes, with "stdout_truncated":
+// true and "stdout_bytes": <captured size> (the same for stderr) when cut. timeout_ms
 // (default 60,000) elapsed → execution_failed "Process timed out after <d>"
 // followed by ":\n" and the sections above without the exit code line when
 // anything was captured.
@@ -100,7 +103,9 @@ func executeRunProcess(ctx context.Context, raw json.RawMessage, tc *tool.Contex
 		return tool.Fail(tool.CodeExecutionFailed, timedOutMsg("Process", d, out)), nil
 	}
 	value := "exit code " + strconv.Itoa(res.ExitCode) + "\n" + streams(res)
-	structured := map[string]any{"exit_code": res.ExitCode, "stdout": string(res.Stdout), "stderr": string(res.Stderr)}
+	structured := map[string]any{"exit_code": res.ExitCode}
+	structuredStream(structured, "stdout", res.Stdout)
+	structuredStream(structured, "stderr", res.Stderr)
 	if len(res.LimitsHit) > 0 {
 		value += "\n--- limits ---\n" + strings.Join(res.LimitsHit, "\n")
 		structured["limits_hit"] = slices.Clone(res.LimitsHit)
@@ -108,6 +113,29 @@ func executeRunProcess(ctx context.Context, raw json.RawMessage, tc *tool.Contex
 	r := tool.OK(value)
 	r.Structured = structured
 	return r, nil
+}
+
+// StructuredStreamBytes is the most of each stream that run_process's
+// structured payload carries: the value already holds both streams in full
+// (as the budget trim and the result size allow), so the payload keeps only
+// their start rather than a second copy of up to twice the output limit.
+const StructuredStreamBytes = 32 << 10
+
+// structuredStream sets structured[name] to the stream, cut to its first
+// StructuredStreamBytes (never inside a UTF-8 sequence) with
+// <name>_truncated true and <name>_bytes its full size when longer.
+func structuredStream(structured map[string]any, name string, b []byte) {
+	if len(b) <= StructuredStreamBytes {
+		structured[name] = string(b)
+		return
+	}
+	end := StructuredStreamBytes
+	for end > 0 && !utf8.RuneStart(b[end]) {
+		end--
+	}
+	structured[name] = string(b[:end])
+	structured[name+"_truncated"] = true
+	structured[name+"_bytes"] = len(b)
 }
 
 // streams is "--- stdout ---\n<stdout>\n--- stderr ---\n<stderr>".

@@ -167,3 +167,20 @@ func TestRunProcessCeilings(t *testing.T) {
 		require.Contains(t, got.Value+got.Error, "[pids limit 32 reached]")
 	})
 }
+
+func TestRunProcessStructuredKeepsOnlyTheStartOfLongStreams(t *testing.T) {
+	t.Parallel()
+	tc := &tool.Context{Process: runner("*")}
+	// 100,000 NUL bytes on stdout (six bytes each in JSON), "é" cut in the
+	// middle on stderr.
+	script := `head -c 100000 /dev/zero; printf 'a%.0s' $(seq 32767) >&2; printf 'é' >&2`
+	got := mustExec(t, shell.RunProcess(), jsonArgs(t, map[string]any{"binary": "bash", "args": []string{"-c", script}}), tc)
+	require.True(t, got.OK, "%+v", got)
+	require.Equal(t, "exit code 0\n--- stdout ---\n"+strings.Repeat("\x00", 100000)+"\n--- stderr ---\n"+strings.Repeat("a", 32767)+"é", got.Value,
+		"the value holds both streams in full")
+	require.Equal(t, map[string]any{
+		"exit_code": 0,
+		"stdout":    strings.Repeat("\x00", shell.StructuredStreamBytes), "stdout_truncated": true, "stdout_bytes": 100000,
+		"stderr": strings.Repeat("a", 32767), "stderr_truncated": true, "stderr_bytes": 32769,
+	}, got.Structured)
+}

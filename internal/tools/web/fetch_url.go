@@ -77,7 +77,8 @@ type fetchURLArgs struct {
 // where the Title line appears only for HTML with a non-empty <title>, the
 // Note line only when the fetcher cut the body, and the last line (after
 // "\n") only when the text is longer than max_chars (k = max_chars; N is the
-// text's full length; characters are code points). <content type> is the
+// text's full length; characters are code points; the result's Full is then
+// the same without the cut: the header lines and the whole text). <content type> is the
 // Content-Type header as sent, "<header> (sniffed as <type>)" or "<type>
 // (sniffed)" when the body decided (see the package comment). HTML is
 // reduced to readable text (see htmlToText); other text is returned as is.
@@ -174,11 +175,17 @@ func fetchURL(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.
 		return tool.OK(b.String()), nil
 	}
 	cut, truncated := cutRunes(text, maxChars)
+	head := b.String()
 	b.WriteString(cut)
 	if truncated {
 		fmt.Fprintf(&b, "\n[truncated at max_chars: %d of %d characters shown]", maxChars, utf8.RuneCountInString(text))
 	}
-	return tool.OK(b.String()), nil
+	res := tool.OK(b.String())
+	if truncated {
+		// The whole text, for the worker to keep by reference.
+		res.Full = head + text
+	}
+	return res, nil
 }
 
 // downloadedMsg is "downloaded <n> MB from <host>".

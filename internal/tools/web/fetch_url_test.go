@@ -149,7 +149,9 @@ func TestFetchURLMaxChars(t *testing.T) {
 	head := "URL: " + u + "\nContent-Type: text/plain\n\n"
 
 	res := mustCall(t, web.FetchURL(), obj{"url": u, "max_chars": 8}, &tool.Context{Fetch: f})
-	require.Equal(t, tool.OK(head+"héllo hé\n[truncated at max_chars: 8 of 60 characters shown]"), res)
+	want := tool.OK(head + "héllo hé\n[truncated at max_chars: 8 of 60 characters shown]")
+	want.Full = head + strings.Repeat("héllo ", 10) // the whole text, for a blob
+	require.Equal(t, want, res)
 
 	res = mustCall(t, web.FetchURL(), obj{"url": u, "max_chars": 60}, &tool.Context{Fetch: f})
 	require.Equal(t, tool.OK(head+strings.Repeat("héllo ", 10)), res, "exactly max_chars is not cut")

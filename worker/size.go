@@ -1,0 +1,180 @@
+package worker
+
+import (
+	"fmt"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/shape"
+)
+
+// Size limits of what the worker publishes (docs/reliability.md, "Result
+// size"). Every message also stays under the server's max payload: the
+// result limit is the smaller of Config.ResultMaxBytes and the max payload
+// the connection reports.
+const (
+	// DefaultResultMaxBytes is Config.ResultMaxBytes when unset: 1 MiB, the
+	// max payload of a stock nats-server, so that results fit any server
+	// and any client's buffers, also where the server allows more.
+	DefaultResultMaxBytes = 1 << 20
+	// MinResultMaxBytes is the smallest ResultMaxBytes accepted.
+	MinResultMaxBytes = 16 << 10
+	// DefaultStructuredMaxBytes is Config.StructuredMaxBytes when unset: a
+	// structured payload whose JSON is larger is left out of the message.
+	DefaultStructuredMaxBytes = 256 << 10
+	// headerReserve is the room a result message keeps for its headers
+	// (protocol version, trace context, Nats-Msg-Id): header() drops a
+	// traceparent or tracestate longer than maxTraceHeader.
+	headerReserve = 2 << 10
+	// maxTraceHeader is the longest traceparent or tracestate passed on
+	// (W3C asks to propagate at least 512 characters of tracestate).
+	maxTraceHeader = 512
+	// blobRefReserve is the room a result keeps for a blob reference when
+	// the call may get one.
+	blobRefReserve = 1 << 10
+	// ProgressMaxChars caps a progress event's message (code points; the
+	// rest is cut as the budget trim cuts).
+	ProgressMaxChars = 2000
+	// ReasonMaxChars caps a failure reason: the Capstan-Dead-Reason header,
+	// the stored failure of a call, the reason of an abandonment result.
+	ReasonMaxChars = 1000
+	// auditSessionMaxChars and auditMaxDenials cap the two parts of an
+	// audit record that a call or a tool could make long.
+	auditSessionMaxChars = 256
+	auditMaxDenials      = 64
+	// skeletonMax bounds a result's encoding without its text and its
+	// structured payload: ids are tokens of at most 128 characters, the
+	// worker id at most 256, the rest codes, numbers and field names.
+	skeletonMax = 2 << 10
+)
+
+// resultLimit returns the largest result message body published now: the
+// smaller of ResultMaxBytes and the server's max payload, less the room of
+// the headers.
+func (w *Worker) resultLimit() int {
+	return min(w.cfg.ResultMaxBytes, w.conn.MaxPayload()) - headerReserve
+}
+
+// limitText names the limit a result of limit bytes was held to, for
+// messages: the server's max payload or the worker's own limit.
+func (w *Worker) limitText(limit int) string {
+	if w.conn != nil && limit >= w.conn.MaxPayload() {
+		return "the server's " + bus.FormatBytes(int64(limit)) + " message limit"
+	}
+	return "the worker's " + bus.FormatBytes(int64(limit)) + " result limit (CAPSTAN_RESULT_MAX_BYTES)"
+}
+
+// encodedLen is the size of r's encoded body.
+func encodedLen(r *protocol.Result) int {
+	data, err := protocol.EncodeResult(r)
+	if err != nil {
+		return 1 << 62
+	}
+	return len(data)
+}
+
+// setText puts s into the value (ok results, with the truncation flags) or
+// the error message of r.
+func setText(r *protocol.Result, s string, truncated bool, original int) {
+	if !r.OK {
+		r.Error = s
+		return
+	}
+	r.Value, r.Truncated, r.OriginalChars = s, truncated, 0
+	if truncated {
+		r.OriginalChars = original
+	}
+}
+
+// fitText sets text, cut to budget code points (0: no budget) and then as
+// far as needed, as r's value (ok) or error message so that r encodes to at
+// most limit bytes. finish turns the cut text into what is published (the
+// untrusted wrap, template-token stripping, or nothing) and may make it
+// longer; its last call is with the text published. The structured payload
+// is kept when its JSON is at most structuredMax and at most half of limit
+// (the text, what the LLM reads, always has the other half), and left out
+// otherwise, or when even an empty text does not fit beside it; leaving it
+// out sets StructuredOmitted. fitText reports false when not even an empty
+// text fits (r's text is then unchanged).
+func fitText(r *protocol.Result, text string, budget int, finish func(string) string, limit, structuredMax int) bool {
+	if finish == nil {
+		finish = func(s string) string { return s }
+	}
+	if len(r.Structured) > min(structuredMax, limit/2) {
+		r.Structured, r.StructuredOmitted = nil, true
+	}
+	if fitTextOnly(r, text, budget, finish, limit) {
+		return true
+	}
+	if r.Structured != nil {
+		r.Structured, r.StructuredOmitted = nil, true
+		return fitTextOnly(r, text, budget, finish, limit)
+	}
+	return false
+}
+
+// fitTextOnly is fitText with the structured payload as it is.
+func fitTextOnly(r *protocol.Result, text string, budget int, finish func(string) string, limit int) bool {
+	body, truncated, original := shape.Trim(text, budget)
+	probe := *r
+	s := finish(body)
+	setText(&probe, s, truncated, original)
+	// Most results are far below the limit: a text encodes to at most six
+	// bytes per byte, and the other fields (tokens, codes, numbers, the
+	// worker id) take well under skeletonMax, so no encoding is needed.
+	if 6*len(s)+len(r.Structured)+skeletonMax <= limit || encodedLen(&probe) <= limit {
+		*r = probe
+		return true
+	}
+	// The room of the text's JSON string: the encoded result with a
+	// one-character text, less that text's three bytes. The text is cut
+	// from here on: the truncation flags take their room too.
+	setText(&probe, "x", true, original)
+	avail := limit - (encodedLen(&probe) - 3)
+	target := avail
+	for range 32 {
+		if target < 2 {
+			break
+		}
+		body, truncated, original = shape.TrimFit(text, budget, target)
+		s = finish(body)
+		n := shape.JSONStringLen(s)
+		if n <= avail {
+			setText(r, s, truncated, original)
+			return true
+		}
+		target -= max(n-avail, 16)
+	}
+	return false
+}
+
+// oversized returns the result that replaces res when no message of limit
+// bytes can carry it (size bytes encoded): execution_failed naming both
+// sizes. Its ids, duration, worker, deliveries and blob reference are
+// kept: a blob already stored still holds the full output.
+func (w *Worker) oversized(res protocol.Result, size int, limit string) protocol.Result {
+	msg := fmt.Sprintf("result of %s exceeds %s; the output was dropped", bus.FormatBytes(int64(size)), limit)
+	if res.Blob != nil {
+		msg += " (the full output is in blob " + res.Blob.Bucket + "/" + res.Blob.Name + ")"
+	}
+	out := protocol.Result{CallID: res.CallID, BatchID: res.BatchID, Tool: res.Tool, Code: protocol.CodeExecutionFailed, Error: msg,
+		DurationMS: res.DurationMS, WorkerID: res.WorkerID, Deliveries: res.Deliveries, Blob: res.Blob, Untrusted: res.Untrusted}
+	return out
+}
+
+// capReason folds a failure reason onto one line and caps it at
+// ReasonMaxChars code points (Trim's marker, folded too, after them).
+func capReason(s string) string {
+	out, _, _ := shape.Trim(oneLine(s), ReasonMaxChars)
+	return oneLine(out)
+}
+
+// capAudit bounds the parts of an audit record that a call or a tool could
+// make long: the session id and the denial codes (at most auditMaxDenials,
+// the rest counted).
+func capAudit(rec *protocol.AuditRecord) {
+	rec.SessionID, _, _ = shape.Trim(rec.SessionID, auditSessionMaxChars)
+	if n := len(rec.Denials); n > auditMaxDenials {
+		rec.Denials, rec.DenialsOmitted = rec.Denials[:auditMaxDenials], n-auditMaxDenials
+	}
+}
