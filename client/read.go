@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
@@ -43,17 +44,19 @@ func (c *Client) Await(ctx context.Context, batchID, callID string) (Result, err
 }
 
 // Result returns the stored result of call callID of the client's
-// personality, in any batch (the last one stored, should at-least-once
-// delivery ever have stored two); found is false when there is none (not
+// personality, in any batch: the first one, as everywhere (at-least-once
+// delivery may store a duplicate); found is false when there is none (not
 // finished, never submitted, another personality's call, or expired from the
 // results stream).
 func (c *Client) Result(ctx context.Context, callID string) (r Result, found bool, err error) {
 	return c.result(ctx, c.personality, callID)
 }
 
-// result reads the stored result of a call of personality with a direct get
-// whose request subject names the result subject, so a tenant's NATS
-// permissions can bind it to its personality.
+// result reads the stored result of a call of personality with requests
+// whose subjects name the result subject, so a tenant's NATS permissions can
+// bind them to its personality: a direct get of the last result tells
+// whether there is one; when there is, a consumer of that one filter reads
+// the first (the same unless a duplicate was stored).
 func (c *Client) result(ctx context.Context, personality, callID string) (r Result, found bool, err error) {
 	filter, err := c.names.CallResultFilter(personality, callID)
 	if err != nil {
@@ -66,12 +69,45 @@ func (c *Client) result(ctx context.Context, personality, callID string) (r Resu
 	if err != nil {
 		return Result{}, false, fmt.Errorf("client: result of %s: %w", callID, err)
 	}
+	if first, err := c.firstResult(ctx, filter); err == nil {
+		m = first
+	} else if ctx.Err() != nil {
+		return Result{}, false, fmt.Errorf("client: result of %s: %w", callID, err)
+	}
 	r, err = decodeResult(m.Data)
 	if err != nil {
 		return Result{}, false, err
 	}
 	return r, true, nil
 }
+
+// firstResult returns the first stored message on filter, which holds at
+// least one; it gives up after firstResultWait (the message may have expired
+// meanwhile), and the caller keeps the last one.
+func (c *Client) firstResult(ctx context.Context, filter string) (*bus.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, firstResultWait)
+	defer cancel()
+	got := make(chan *bus.Msg, 1)
+	stop, err := c.conn.Tail(ctx, c.names.ResultsStream(), []string{filter}, bus.FromStart, func(m *bus.Msg) {
+		select {
+		case got <- m:
+		default:
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	select {
+	case m := <-got:
+		return m, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// firstResultWait bounds firstResult.
+const firstResultWait = 10 * time.Second
 
 func decodeResult(data []byte) (Result, error) {
 	var r Result

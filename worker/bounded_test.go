@@ -333,7 +333,7 @@ func TestBlobsHoldNoSecret(t *testing.T) {
 	e := newStockEnv(t)
 	const secret = "s3cr3t-blob-value"
 	env := map[string]string{"CAPSTAN_SECRET_PROVIDERS_GITHUB_TOKEN": secret}
-	leak := tool.Tool{Name: "leak_big", Capabilities: tool.Capabilities{Secrets: []string{"providers/github/*"}},
+	leak := tool.Tool{Name: "leak_big", Capabilities: tool.Capabilities{Secrets: []string{"providers/github/*"}, SecretsRaw: []string{"providers/github/*"}},
 		Execute: func(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
 			v, err := tc.Secrets.Secret(ctx, "providers/github/token")
 			if err != nil {
