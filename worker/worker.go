@@ -28,8 +28,9 @@ import (
 // runs once.
 type Worker struct {
 	cfg      Config
-	tools    map[string]*hosted
+	tools    map[string]*hosted // given to New
 	order    []*hosted
+	mcp      mcpTools // hosted from MCP servers (CAPSTAN_MCP_SERVERS_DIR)
 	reducers *shape.Reducers
 	log      *slog.Logger
 	ready    chan struct{}
@@ -122,11 +123,14 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 			return nil, fmt.Errorf("CAPSTAN_TOOLS names %q, which is not a known tool", name)
 		}
 	}
-	if len(w.order) == 0 {
-		return nil, errors.New("worker: no tools to host")
-	}
 	if err := w.backends(); err != nil {
 		return nil, err
+	}
+	if err := w.loadMCP(); err != nil {
+		return nil, err
+	}
+	if len(w.order) == 0 && len(w.mcp.defs) == 0 {
+		return nil, errors.New("worker: no tools to host")
 	}
 	for name, fn := range builtinReducers {
 		if _, ok := w.tools[name]; ok {
@@ -181,6 +185,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer close(vaultDone); w.vault.Run(vaultCtx) }()
 		defer func() { stopVault(); <-vaultDone }()
 	}
+	// Hosted MCP servers start while the worker connects; they are stopped
+	// last, after the drain, since the calls that drain need them.
+	stopMCP, err := w.startMCP(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopMCP()
 	url, creds := w.cfg.NATSURL, w.cfg.NATSCreds
 	if url == "" {
 		// The embedded server accepts only the credentials it generated.
@@ -203,6 +214,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.openBuckets(startCtx); err != nil {
 		return err
 	}
+	// From now on a hosted MCP server's tools go to the catalog as soon
+	// as it lists them (register below takes those listed before).
+	w.mcp.registered.Store(true)
+	defer w.mcp.registered.Store(false)
 	w.limiter = ratelimit.New(w.kv.ratelimits, nil)
 	w.inflight.calls = make(map[string]*running)
 	w.slots = make(chan struct{}, w.cfg.Concurrency)
@@ -245,7 +260,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer close(abandonDone); w.handleAbandoned(ctx, abandoned) }()
 	defer func() { <-abandonDone }()
 
-	w.log.InfoContext(ctx, "worker ready", "worker_id", w.cfg.WorkerID, "pool", w.cfg.Pool, "tools", len(w.order), "concurrency", w.cfg.Concurrency)
+	w.awaitMCP(ctx)
+	w.log.InfoContext(ctx, "worker ready", "worker_id", w.cfg.WorkerID, "pool", w.cfg.Pool, "tools", len(w.hostedTools()), "concurrency", w.cfg.Concurrency)
 	close(w.ready)
 	// One long-lived handler goroutine per slot: a goroutine started per
 	// call grows its stack from the start on every call, which cost a
