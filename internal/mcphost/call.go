@@ -97,17 +97,20 @@ func (s *server) failed(c *conn, err error) (tool.Result, error) {
 		c.fail(msg)
 		return tool.Fail(tool.CodeNotAvailable, unavailable(s.def.Name, msg)), nil
 	}
-	if !transportFault(err) {
-		t := time.NewTimer(lostWait)
-		defer t.Stop()
-		select {
-		case <-c.lost:
-		case <-t.C:
+	// Wait for the supervisor to see the connection end (its reason, such
+	// as the child's exit status, says more than this error).
+	t := time.NewTimer(lostWait)
+	defer t.Stop()
+	select {
+	case <-c.lost:
+	case <-t.C:
+		if !transportFault(err) {
 			return tool.Fail(tool.CodeExecutionFailed, "MCP server "+s.def.Name+": "+msg), nil
 		}
+		c.fail(msg)
 	}
-	c.fail(msg)
-	return tool.Result{}, fmt.Errorf("%w: MCP server %s: connection lost during the call: %s", tool.ErrUnavailable, s.def.Name, msg)
+	<-c.lost // c.why is set
+	return tool.Result{}, fmt.Errorf("%w: MCP server %s: connection lost during the call: %s", tool.ErrUnavailable, s.def.Name, shape.Redact(c.why, c.values))
 }
 
 // transportFault reports an error of the connection itself, not of the call.
