@@ -198,3 +198,13 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The shipped example definitions are valid.
+func TestExampleDefinitions(t *testing.T) {
+	t.Parallel()
+	defs, err := LoadDir(filepath.Join("..", "..", "examples", "mcp-servers"), time.Minute)
+	require.NoError(t, err)
+	require.Len(t, defs, 2)
+	require.Equal(t, "fs", defs[0].Name)
+	require.Equal(t, "github", defs[1].Name)
+}
