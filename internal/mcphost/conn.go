@@ -37,16 +37,6 @@ func (c *conn) fail(why string) {
 	})
 }
 
-// isLost reports whether fail was called.
-func (c *conn) isLost() bool {
-	select {
-	case <-c.lost:
-		return true
-	default:
-		return false
-	}
-}
-
 // close ends the connection for good; it is idempotent.
 func (c *conn) close() {
 	c.fail("closed by the worker")

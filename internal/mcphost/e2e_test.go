@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -511,4 +512,59 @@ func TestServerDownLeavesTheWorkerReady(t *testing.T) {
 	res = call("mcp__rogue__env", map[string]any{"name": "X_TOKEN"})
 	require.True(t, res.OK, "%+v", res)
 	require.Contains(t, res.Value, "X_TOKEN=[REDACTED]")
+}
+
+// A server whose tool list changes (notifications/tools/list_changed) has
+// its new tools hosted and in the catalog, and its removed tools withdrawn.
+func TestToolListChanges(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rogue.yaml"), []byte("name: rogue\ncommand: ["+mcphost.Rogue(t)+"]\n"), 0o600))
+	url := bustest.Server(t)
+	conn := bustest.Conn(t, url, "")
+	kv, err := conn.KV(ctxT(t), bus.Personalities)
+	require.NoError(t, err)
+	_, err = kv.Put(ctxT(t), "default", []byte("id: default\nmcp_servers: [rogue]\n"))
+	require.NoError(t, err)
+	w, err := worker.New(worker.Config{NATSURL: url, NATSCreds: bustest.Creds(url), WorkerID: "lister", MCPServersDir: dir, ShutdownGrace: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, echo.Tool())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	<-w.Ready()
+	c, err := client.New(ctxT(t), client.Config{NATSURL: url, NATSCreds: bustest.Creds(url)})
+	require.NoError(t, err)
+	defer c.Close()
+	call := func(tool string, a map[string]any) client.Result {
+		return c.ExecuteParallel(ctxT(t), client.Turn{}, []client.Call{{Tool: tool, SessionID: "s", Args: args(a)}})[0]
+	}
+	hostedBy := func(name string) []string {
+		tools, err := c.Tools(ctxT(t))
+		require.NoError(t, err)
+		for _, e := range tools {
+			if e.Name == name {
+				return e.Workers
+			}
+		}
+		return nil
+	}
+
+	res := call("mcp__rogue__add_tool", map[string]any{"name": "one"})
+	require.True(t, res.OK, "%+v", res)
+	require.Eventually(t, func() bool { return slices.Contains(hostedBy("mcp__rogue__extra_one"), "lister") }, 10*time.Second, 20*time.Millisecond)
+	res = call("mcp__rogue__extra_one", map[string]any{})
+	require.True(t, res.OK, "%+v", res)
+	require.Contains(t, res.Value, "extra one")
+
+	res = call("mcp__rogue__remove_tool", map[string]any{"name": "extra_one"})
+	require.True(t, res.OK, "%+v", res)
+	require.Eventually(t, func() bool { return !slices.Contains(hostedBy("mcp__rogue__extra_one"), "lister") }, 10*time.Second, 20*time.Millisecond)
+	res = call("mcp__rogue__extra_one", map[string]any{})
+	require.Equal(t, "Unknown tool: mcp__rogue__extra_one", res.Error)
+	require.Contains(t, hostedBy("mcp__rogue__env"), "lister", "the other tools stay")
 }

@@ -82,6 +82,19 @@ func main() {
 			os.Exit(3)
 			return nil, nil, nil
 		})
+	mcp.AddTool(s, &mcp.Tool{Name: "add_tool", Description: "Adds a tool extra_<name> (the client is told its list changed)."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in envIn) (*mcp.CallToolResult, any, error) {
+			mcp.AddTool(s, &mcp.Tool{Name: "extra_" + in.Name, Description: "Added at run time."},
+				func(context.Context, *mcp.CallToolRequest, empty) (*mcp.CallToolResult, any, error) {
+					return text("extra " + in.Name), nil, nil
+				})
+			return text("added extra_" + in.Name), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "remove_tool", Description: "Removes a tool."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in envIn) (*mcp.CallToolResult, any, error) {
+			s.RemoveTools(in.Name)
+			return text("removed " + in.Name), nil, nil
+		})
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)
 	}
