@@ -24,9 +24,7 @@ const mcpStartWait = 30 * time.Second
 // they come and go with their servers' tool lists.
 type mcpTools struct {
 	defs []*mcphost.Definition // CAPSTAN_MCP_SERVERS_DIR, by name; nil without it
-	host *mcphost.Host         // set by Run
-	// tune, when set (tests), adjusts the host's configuration.
-	tune func(*mcphost.Config)
+	host *mcphost.Host         // nil without definitions
 
 	mu       sync.RWMutex
 	byName   map[string]*hosted
@@ -36,8 +34,9 @@ type mcpTools struct {
 	registered atomic.Bool
 }
 
-// loadMCP reads the MCP server definitions of MCPServersDir (New): an
-// invalid file stops the worker, naming it and every problem.
+// loadMCP reads the MCP server definitions of MCPServersDir and builds
+// their host (New): an invalid file stops the worker, naming it and every
+// problem; so does a definition that uses secrets without a backend.
 func (w *Worker) loadMCP() error {
 	if w.cfg.MCPServersDir == "" {
 		return nil
@@ -46,7 +45,20 @@ func (w *Worker) loadMCP() error {
 	if err != nil {
 		return err
 	}
-	w.mcp.defs = defs
+	if len(defs) == 0 {
+		w.log.Warn("CAPSTAN_MCP_SERVERS_DIR holds no MCP server definition", "dir", w.cfg.MCPServersDir)
+		return nil
+	}
+	h, err := mcphost.New(mcphost.Config{
+		Secrets: w.secrets, Process: w.procCfg, Resolver: w.resolver, Logger: w.log,
+		TracerProvider: w.cfg.TracerProvider, WrapTransport: w.httpTransport,
+		OnTools:  w.onMCPTools,
+		OnStatus: func(st map[string]mcphost.Status) { w.SetReadyDetail("mcp_servers", st) },
+	}, defs)
+	if err != nil {
+		return err
+	}
+	w.mcp.defs, w.mcp.host = defs, h
 	w.mcp.byName = make(map[string]*hosted)
 	w.mcp.byServer = make(map[string][]string)
 	for _, d := range defs {
@@ -60,30 +72,17 @@ func (w *Worker) loadMCP() error {
 
 // startMCP starts the hosted MCP servers (Run). They run until the
 // returned function is called, after the worker has drained.
-func (w *Worker) startMCP(ctx context.Context) (stop func(), err error) {
-	if len(w.mcp.defs) == 0 {
-		return func() {}, nil
+func (w *Worker) startMCP(ctx context.Context) (stop func()) {
+	h := w.mcp.host
+	if h == nil {
+		return func() {}
 	}
-	cfg := mcphost.Config{
-		Secrets: w.secrets, Process: w.procCfg, Resolver: w.resolver, Logger: w.log,
-		TracerProvider: w.cfg.TracerProvider, WrapTransport: w.httpTransport,
-		OnTools:  w.onMCPTools,
-		OnStatus: func(st map[string]mcphost.Status) { w.SetReadyDetail("mcp_servers", st) },
-	}
-	if w.mcp.tune != nil {
-		w.mcp.tune(&cfg)
-	}
-	h, err := mcphost.New(cfg, w.mcp.defs)
-	if err != nil {
-		return nil, err
-	}
-	w.mcp.host = h
 	w.SetReadyDetail("mcp_servers", h.Status())
 	// The servers outlive ctx: calls still running when it ends need them.
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() { defer close(done); h.Run(hctx) }()
-	return func() { cancel(); <-done }, nil
+	return func() { cancel(); <-done }
 }
 
 // awaitMCP waits, up to mcpStartWait, until every hosted MCP server has

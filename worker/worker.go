@@ -187,10 +187,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// Hosted MCP servers start while the worker connects; they are stopped
 	// last, after the drain, since the calls that drain need them.
-	stopMCP, err := w.startMCP(ctx)
-	if err != nil {
-		return err
-	}
+	stopMCP := w.startMCP(ctx)
 	defer stopMCP()
 	url, creds := w.cfg.NATSURL, w.cfg.NATSCreds
 	if url == "" {

@@ -307,6 +307,17 @@ func TestInvalidDefinitionStopsTheWorker(t *testing.T) {
 		file+`: url: "ftp://x": scheme "ftp" is not allowed (only http and https)`, err.Error())
 }
 
+// A definition that uses secrets on a worker without a secrets backend
+// stops it at New: the server could never start.
+func TestDefinitionWithSecretsNeedsABackend(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "gh.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("name: gh\ncommand: [gh-mcp]\nsecret_env: {GH_TOKEN: gh/token}\ncapabilities: {secrets: [gh/token]}\n"), 0o600))
+	_, err := worker.New(worker.Config{NATSURL: "nats://127.0.0.1:1", MCPServersDir: dir, SecretsBackend: worker.SecretsNone}, echo.Tool())
+	require.EqualError(t, err, "MCP server gh ("+file+") uses secrets, but no secrets backend is configured (CAPSTAN_SECRETS_BACKEND=none)")
+}
+
 const everythingPersonality = `id: tester
 mcp_servers: [everything, fs]
 fs_reach:
