@@ -24,7 +24,8 @@ func (e *LoadError) Error() string {
 }
 
 // LoadDir reads every *.yaml and *.yml file of dir (not its
-// subdirectories), one definition each, sorted by file name. maxTimeout is
+// subdirectories), one definition each, and returns them sorted by server
+// name. maxTimeout is
 // the worker's call timeout (see Parse). Any invalid file, and two files
 // naming the same server, make it return a *LoadError with every problem of
 // every file. An empty dir yields no definitions and no error.
