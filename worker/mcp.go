@@ -106,6 +106,10 @@ func (w *Worker) awaitMCP(ctx context.Context) {
 func (w *Worker) onMCPTools(server string, tools []tool.Tool) {
 	hs := make([]*hosted, 0, len(tools))
 	for _, t := range tools {
+		if _, taken := w.tools[t.Name]; taken {
+			w.log.Warn("MCP tool not hosted: a tool given to the worker has its name", "mcp_server", server, "tool", t.Name)
+			continue
+		}
 		schema, err := argschema.Compile(t.Name, t.Schema)
 		if err == nil {
 			h := &hosted{Tool: t, schema: schema}
@@ -152,8 +156,8 @@ func (w *Worker) onMCPTools(server string, tools []tool.Tool) {
 	}
 }
 
-// lookup returns the hosted tool name: built-in (given to New) or hosted
-// from an MCP server.
+// lookup returns the hosted tool named name: one given to New, or one
+// hosted from an MCP server.
 func (w *Worker) lookup(name string) (*hosted, bool) {
 	if h, ok := w.tools[name]; ok {
 		return h, true
