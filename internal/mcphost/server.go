@@ -131,7 +131,7 @@ func (s *server) run(ctx context.Context, firstDone func()) {
 		upAt := time.Now()
 		s.setUp(c, tools)
 		first()
-		s.log.InfoContext(ctx, "MCP server up", "tools", len(tools), "pid", c.pid, "transport", s.st.Transport)
+		s.log.InfoContext(ctx, "MCP server up", "tools", len(tools), "pid", c.pid, "transport", s.transport)
 		reason := s.watch(ctx, c)
 		s.setState(func(*Status) { s.conn = nil })
 		c.close()
