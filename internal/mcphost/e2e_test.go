@@ -440,7 +440,9 @@ func TestServerKilledMidCall(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the call never reached the server")
 	}
-	// The MCP server's child, started by this test's worker.
+	// The MCP server's child, started by this test's worker and still running.
+	require.NotZero(t, before.PID, "never signal pid 0: that is our own process group")
+	require.Equal(t, before.PID, p.status("everything").PID)
 	require.NoError(t, syscall.Kill(before.PID, syscall.SIGKILL))
 
 	res, err := p.c.Await(ctxT(t), "kill-batch", call.CallID)
@@ -507,7 +509,10 @@ func TestServerDownLeavesTheWorkerReady(t *testing.T) {
 
 	// The secret goes away and the server dies: it cannot start again.
 	env.Delete("CAPSTAN_SECRET_PROVIDERS_X_TOKEN")
-	require.NoError(t, syscall.Kill(servers()["rogue"].PID, syscall.SIGKILL))
+	st := servers()["rogue"]
+	require.Equal(t, mcphost.StateUp, st.State)
+	require.NotZero(t, st.PID, "never signal pid 0: that is our own process group")
+	require.NoError(t, syscall.Kill(st.PID, syscall.SIGKILL))
 	require.Eventually(t, func() bool { return servers()["rogue"].State == mcphost.StateDown }, 30*time.Second, 10*time.Millisecond)
 	rd := w.Readiness(ctxT(t))
 	require.Equal(t, "ready", rd.Status)

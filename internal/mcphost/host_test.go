@@ -174,9 +174,11 @@ func TestCrashDuringCallIsAnInfrastructureFaultAndTheServerRestarts(t *testing.T
 // pings and is restarted.
 func TestHungServerIsRestarted(t *testing.T) {
 	t.Parallel()
-	th := startHost(t, Config{PingInterval: 100 * time.Millisecond, PingTimeout: 100 * time.Millisecond}, rogueDef(t, "rogue"))
+	th := startHost(t, Config{PingInterval: 200 * time.Millisecond, PingTimeout: time.Second}, rogueDef(t, "rogue"))
 	first := th.waitState("rogue", StateUp)
-	// Our own child: the test started it (through the host).
+	// Our own child (the test started it, through the host), still running.
+	require.NotZero(t, first.PID, "never signal pid 0: that is our own process group")
+	require.Equal(t, first.PID, th.waitState("rogue", StateUp).PID)
 	require.NoError(t, syscall.Kill(first.PID, syscall.SIGSTOP))
 	require.Eventually(t, func() bool {
 		st := th.status("rogue")
