@@ -124,7 +124,7 @@ func (p egressProxy) Serve(ctx context.Context, ln net.Listener) error {
 // floorPaths are the worker's own files, never reachable by a tool.
 func (c Config) floorPaths() []string {
 	var out []string
-	for _, p := range []string{c.PersonalitiesDir, c.SecretsFile, c.NATSCreds, c.DataDir} {
+	for _, p := range []string{c.PersonalitiesDir, c.MCPServersDir, c.SecretsFile, c.NATSCreds, c.DataDir} {
 		if p == "" {
 			continue
 		}

@@ -47,12 +47,13 @@ type workerRecord struct {
 // catalog. A tool already registered by a live worker of another pool stops
 // the worker: a tool name belongs to one pool.
 func (w *Worker) register(ctx context.Context) error {
-	names := make([]string, len(w.order))
-	for i, h := range w.order {
+	all := w.hostedTools()
+	names := make([]string, len(all))
+	for i, h := range all {
 		names[i] = h.Name
 	}
 	rec, _ := json.Marshal(workerRecord{ID: w.cfg.WorkerID, Pool: w.cfg.Pool, Tools: names, Started: time.Now().UTC(), Protocol: protocol.Version})
-	for _, h := range w.order {
+	for _, h := range all {
 		if err := w.checkPool(ctx, h.Name); err != nil {
 			return err
 		}
@@ -60,7 +61,7 @@ func (w *Worker) register(ctx context.Context) error {
 	if _, err := w.kv.workers.Put(ctx, w.cfg.WorkerID, rec); err != nil {
 		return fmt.Errorf("announce worker: %w", err)
 	}
-	for _, h := range w.order {
+	for _, h := range all {
 		if err := w.updateCatalog(ctx, h, true); err != nil {
 			return err
 		}
@@ -163,7 +164,7 @@ func (w *Worker) deregister() {
 	if err := w.kv.workers.Delete(ctx, w.cfg.WorkerID); err != nil {
 		w.log.Warn("cannot remove worker record", "error", err)
 	}
-	for _, h := range w.order {
+	for _, h := range w.hostedTools() {
 		if err := w.updateCatalog(ctx, h, false); err != nil {
 			w.log.Warn("cannot update catalog on exit", "tool", h.Name, "error", err)
 		}

@@ -40,6 +40,12 @@ type Config struct {
 	// PersonalitiesDir holds *.yaml/*.yml/*.json personality files loaded into
 	// the personalities bucket at start.
 	PersonalitiesDir string
+	// MCPServersDir holds *.yaml/*.yml MCP server definitions, one server
+	// each (CAPSTAN_MCP_SERVERS_DIR, docs/mcp.md): the worker starts them
+	// and hosts their tools as mcp__<server>__<tool>. An invalid file stops
+	// New, naming the file and every problem. Tools (CAPSTAN_TOOLS) does
+	// not filter them.
+	MCPServersDir string
 	// DefaultPersonality applies to calls that name none; default "default".
 	DefaultPersonality string
 	// WorkerID identifies the worker; default hostname-pid.
@@ -212,9 +218,11 @@ func (c Config) withDefaults() Config {
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
 	}
-	if c.PersonalitiesDir != "" {
-		if abs, err := filepath.Abs(c.PersonalitiesDir); err == nil {
-			c.PersonalitiesDir = abs
+	for _, dir := range []*string{&c.PersonalitiesDir, &c.MCPServersDir} {
+		if *dir != "" {
+			if abs, err := filepath.Abs(*dir); err == nil {
+				*dir = abs
+			}
 		}
 	}
 	return c

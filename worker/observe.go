@@ -136,7 +136,7 @@ func callSpanFrom(ctx context.Context) *callSpan {
 // metricTool is the tool name metrics carry: the name of a hosted tool, or
 // telemetry.OtherTool, so made-up names cannot grow their cardinality.
 func (w *Worker) metricTool(name string) string {
-	if _, ok := w.tools[name]; ok {
+	if _, ok := w.lookup(name); ok {
 		return name
 	}
 	return telemetry.OtherTool

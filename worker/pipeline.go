@@ -76,8 +76,12 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running
 	}
 
 	// 2. Unknown tool.
-	h, ok := w.tools[call.Tool]
+	h, ok := w.lookup(call.Tool)
 	if !ok {
+		if msg := w.mcpUnavailable(call.Tool); msg != "" {
+			// A tool of a hosted MCP server that could not list its tools.
+			return refuse(call, protocol.DecisionAvailable, protocol.CodeNotAvailable, msg)
+		}
 		return refuse(call, protocol.DecisionUnknownTool, protocol.CodeNotAvailable, "Unknown tool: "+call.Tool)
 	}
 	// 3. Surface gate.

@@ -120,7 +120,7 @@ func (w *Worker) loadPersonalities(ctx context.Context) error {
 			continue
 		}
 		seen[p.ID] = file
-		if errs := capability.Validate(tools, p); len(errs) > 0 {
+		if errs := append(capability.Validate(tools, p), w.validateMCP(p)...); len(errs) > 0 {
 			lines := make([]string, len(errs))
 			for i, ve := range errs {
 				lines[i] = fmt.Sprintf("tool %s, %s: %s", ve.Tool, ve.Capability, ve.Message)

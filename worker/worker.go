@@ -29,8 +29,9 @@ import (
 // runs once.
 type Worker struct {
 	cfg      Config
-	tools    map[string]*hosted
+	tools    map[string]*hosted // given to New
 	order    []*hosted
+	mcp      mcpTools // hosted from MCP servers (CAPSTAN_MCP_SERVERS_DIR)
 	reducers *shape.Reducers
 	log      *slog.Logger
 	ready    chan struct{}
@@ -138,11 +139,14 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 			return nil, fmt.Errorf("CAPSTAN_BLOB_TOOLS names %q, which this worker does not host", name)
 		}
 	}
-	if len(w.order) == 0 {
-		return nil, errors.New("worker: no tools to host")
-	}
 	if err := w.backends(); err != nil {
 		return nil, err
+	}
+	if err := w.loadMCP(); err != nil {
+		return nil, err
+	}
+	if len(w.order) == 0 && len(w.mcp.defs) == 0 {
+		return nil, errors.New("worker: no tools to host")
 	}
 	for name, fn := range builtinReducers {
 		if _, ok := w.tools[name]; ok {
@@ -205,6 +209,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer close(vaultDone); w.vault.Run(vaultCtx) }()
 		defer func() { stopVault(); <-vaultDone }()
 	}
+	// Hosted MCP servers start while the worker connects; they are stopped
+	// last, after the drain, since the calls that drain need them.
+	stopMCP := w.startMCP(ctx)
+	defer stopMCP()
 	url, creds := w.cfg.NATSURL, w.cfg.NATSCreds
 	if url == "" {
 		// The embedded server accepts only the credentials it generated.
@@ -228,6 +236,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.checkBlobs(startCtx)
+	// From now on a hosted MCP server's tools go to the catalog as soon
+	// as it lists them (register below takes those listed before).
+	w.mcp.registered.Store(true)
+	defer w.mcp.registered.Store(false)
 	w.limiter = ratelimit.New(w.kv.ratelimits, nil)
 	w.inflight.calls = make(map[string]*running)
 	w.slots = make(chan struct{}, w.cfg.Concurrency)
@@ -270,7 +282,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer close(abandonDone); w.handleAbandoned(ctx, abandoned) }()
 	defer func() { <-abandonDone }()
 
-	w.log.InfoContext(ctx, "worker ready", "worker_id", w.cfg.WorkerID, "pool", w.cfg.Pool, "tools", len(w.order), "concurrency", w.cfg.Concurrency)
+	w.awaitMCP(ctx)
+	w.log.InfoContext(ctx, "worker ready", "worker_id", w.cfg.WorkerID, "pool", w.cfg.Pool, "tools", len(w.hostedTools()), "concurrency", w.cfg.Concurrency)
 	close(w.ready)
 	// One long-lived handler goroutine per slot: a goroutine started per
 	// call grows its stack from the start on every call, which cost a

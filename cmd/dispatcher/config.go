@@ -30,6 +30,7 @@ type Config struct {
 	MaxDeliver         int           `env:"CAPSTAN_MAX_DELIVER" envDefault:"5" help:"local mode: deliveries before a call is abandoned"`
 	StreamReplicas     int           `env:"CAPSTAN_STREAM_REPLICAS" envDefault:"1" help:"replicas of the streams and buckets created when none exist yet (1 to 5)"`
 	PersonalitiesDir   string        `env:"CAPSTAN_PERSONALITIES_DIR" help:"local mode: personality files loaded at start"`
+	MCPServersDir      string        `env:"CAPSTAN_MCP_SERVERS_DIR" help:"local mode: MCP server definitions whose tools the pool hosts (docs/mcp.md)"`
 	Tools              []string      `env:"CAPSTAN_TOOLS" help:"local mode: comma-separated tools hosted (default all built-ins)"`
 	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" help:"local mode and mcp: debug, info, warn or error (default warn; info logs every MCP call)"`
 	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT" help:"local mode and mcp: text or json (default text on a TTY, else json)"`

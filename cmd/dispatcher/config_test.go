@@ -41,6 +41,7 @@ func TestLoadConfigReadsEveryVariable(t *testing.T) {
 		"CAPSTAN_SHUTDOWN_GRACE":      "0s",
 		"CAPSTAN_MAX_DELIVER":         "3",
 		"CAPSTAN_PERSONALITIES_DIR":   "/p",
+		"CAPSTAN_MCP_SERVERS_DIR":     "/m",
 		"CAPSTAN_TOOLS":               "echo, read_file",
 		"CAPSTAN_LOG_LEVEL":           "DEBUG",
 		"CAPSTAN_LOG_FORMAT":          "json",
@@ -50,7 +51,7 @@ func TestLoadConfigReadsEveryVariable(t *testing.T) {
 	require.Equal(t, Config{
 		NATSURL: "nats://a:4222,nats://b:4222", NATSCreds: "/creds", DataDir: "/data", Prefix: "acme",
 		DefaultPersonality: "coder", Concurrency: 8, CallTimeout: 90 * time.Second, ShutdownGrace: 0,
-		MaxDeliver: 3, PersonalitiesDir: "/p", Tools: []string{"echo", "read_file"}, LogLevel: "DEBUG", LogFormat: "json",
+		MaxDeliver: 3, PersonalitiesDir: "/p", MCPServersDir: "/m", Tools: []string{"echo", "read_file"}, LogLevel: "DEBUG", LogFormat: "json",
 		StreamReplicas: 3,
 	}, cfg)
 }

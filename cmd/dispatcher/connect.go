@@ -207,6 +207,7 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 		ShutdownGrace:      max(cfg.ShutdownGrace, time.Millisecond), // 0 = hand back at once, as in the worker binary
 		MaxDeliver:         cfg.MaxDeliver,
 		PersonalitiesDir:   cfg.PersonalitiesDir,
+		MCPServersDir:      cfg.MCPServersDir,
 		DefaultPersonality: cfg.DefaultPersonality,
 		Tools:              cfg.Tools,
 		Logger:             a.logger(cfg, level),

@@ -19,6 +19,7 @@ type Config struct {
 	DataDir            string        `env:"CAPSTAN_DATA_DIR" envDefault:"./.capstan"`
 	Prefix             string        `env:"CAPSTAN_SUBJECT_PREFIX" envDefault:"capstan"`
 	PersonalitiesDir   string        `env:"CAPSTAN_PERSONALITIES_DIR"`
+	MCPServersDir      string        `env:"CAPSTAN_MCP_SERVERS_DIR"`
 	DefaultPersonality string        `env:"CAPSTAN_DEFAULT_PERSONALITY" envDefault:"default"`
 	WorkerID           string        `env:"CAPSTAN_WORKER_ID"`
 	Concurrency        int           `env:"CAPSTAN_CONCURRENCY" envDefault:"64"`
@@ -109,7 +110,7 @@ func (c Config) worker() worker.Config {
 	}
 	return worker.Config{
 		NATSURL: c.NATSURL, NATSCreds: c.NATSCreds, DataDir: c.DataDir, Prefix: c.Prefix,
-		PersonalitiesDir: c.PersonalitiesDir, DefaultPersonality: c.DefaultPersonality, WorkerID: c.WorkerID,
+		PersonalitiesDir: c.PersonalitiesDir, MCPServersDir: c.MCPServersDir, DefaultPersonality: c.DefaultPersonality, WorkerID: c.WorkerID,
 		Concurrency: c.Concurrency, Pool: c.Pool, Tools: tools, MaxDeliver: c.MaxDeliver, AckWait: c.AckWait,
 		CallTimeout: c.CallTimeout, ShutdownGrace: zeroGrace(c.ShutdownGrace), SecretsBackend: c.SecretsBackend,
 		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix, SecretCacheTTL: noZero(c.SecretCacheTTL),

@@ -51,6 +51,8 @@ see docs/operations.md. The most common:
   CAPSTAN_NATS_URL           NATS servers (unset: start an embedded server on 127.0.0.1:4222;
                              clients authenticate with <CAPSTAN_DATA_DIR>/embedded.creds)
   CAPSTAN_PERSONALITIES_DIR  personality files loaded at start
+  CAPSTAN_MCP_SERVERS_DIR    MCP server definitions (*.yaml, one each): their tools are hosted as
+                             mcp__<server>__<tool> (docs/mcp.md)
   CAPSTAN_CONCURRENCY        calls run at once (64)
   CAPSTAN_POOL               pool served (default)
   CAPSTAN_TOOLS              tools hosted (all built-ins)

@@ -3,6 +3,8 @@ package capability
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/capstanhq/capstan/tool"
 )
@@ -12,6 +14,8 @@ const (
 	CapNetwork      = "network"
 	CapFSReachRead  = "fs_reach.read"
 	CapFSReachWrite = "fs_reach.write"
+	CapSecrets      = "secrets"
+	CapProcess      = "process"
 )
 
 // ValidationError is one registration-time problem: a tool's declaration
@@ -55,6 +59,20 @@ func Validate(tools []*tool.Tool, p *Personality) []ValidationError {
 // ValidateTool is Validate for one tool, without the toolset filter: the
 // worker uses it before running a call, and answers not_available with the
 // messages when it returns anything.
+//
+// A tool hosted from an MCP server (its name starts with "mcp__") has a
+// fixed reach: the server runs with its whole declaration whoever calls it,
+// so a personality's ceilings cannot narrow it per call as they narrow a
+// built-in tool's grant. For such a tool two more rules apply, so that a
+// personality may call it only when its policy covers the whole
+// declaration:
+//
+//   - each declared secret pattern must be covered by secrets.allow when
+//     the personality has that ceiling: `secret "<pattern>" is not covered
+//     by personality secrets.allow` (capability "secrets");
+//   - each declared binary must be allowed by process.allow when the
+//     personality has that ceiling: `binary "<binary>" is not covered by
+//     personality process.allow` (capability "process").
 func ValidateTool(t *tool.Tool, p *Personality) []ValidationError {
 	if t == nil {
 		return nil
@@ -90,7 +108,39 @@ func ValidateTool(t *tool.Tool, p *Personality) []ValidationError {
 		validatePaths(fs.Read, p.FSReach.Read, CapFSReachRead, add)
 		validatePaths(fs.Write, p.FSReach.Write, CapFSReachWrite, add)
 	}
+	if strings.HasPrefix(t.Name, "mcp__") {
+		if p.Secrets != nil {
+			for _, s := range t.Capabilities.Secrets {
+				if !slices.ContainsFunc(p.Secrets.Allow, func(c string) bool { return refPatternCovers(c, s) }) {
+					add(CapSecrets, fmt.Sprintf("secret %q is not covered by personality secrets.allow", s))
+				}
+			}
+		}
+		if p.Process != nil && t.Capabilities.Process != nil {
+			for _, b := range t.Capabilities.Process.AllowedBinaries {
+				if !binaryAllowed(p.Process.Allow, b) {
+					add(CapProcess, fmt.Sprintf("binary %q is not covered by personality process.allow", b))
+				}
+			}
+		}
+	}
 	return out
+}
+
+// refPatternCovers reports whether the secret pattern ceiling allows every
+// ref the secret pattern declared matches: "*" covers everything; "p/*"
+// covers "p/*", "p/q/*" and every ref below p; any other pattern is covered
+// as a ref (RefMatch).
+func refPatternCovers(ceiling, declared string) bool {
+	if ceiling == "*" {
+		return true
+	}
+	prefix, isPrefix := strings.CutSuffix(declared, "/*")
+	if declared == "*" || !isPrefix {
+		return declared != "*" && RefMatch(ceiling, declared)
+	}
+	cp, ok := strings.CutSuffix(ceiling, "/*")
+	return ok && ValidRef(cp) && ValidRef(prefix) && (prefix == cp || strings.HasPrefix(prefix, cp+"/"))
 }
 
 func validatePaths(decl *tool.PathList, reach []string, capability string, add func(string, string)) {

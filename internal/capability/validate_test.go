@@ -92,3 +92,60 @@ func TestValidateCases(t *testing.T) {
 		})
 	}
 }
+
+// A tool hosted from an MCP server runs with its server's whole declaration
+// whoever calls it: the personality's secrets and process ceilings must
+// cover it, where a built-in tool's grant would merely be narrowed.
+func TestValidateToolHostedMCPCeilings(t *testing.T) {
+	t.Parallel()
+	caps := tool.Capabilities{
+		Secrets: []string{"providers/github/token", "providers/gitlab/*"},
+		Process: &tool.Process{AllowedBinaries: []string{"npx", "node"}},
+	}
+	tests := []struct {
+		name    string
+		secrets *Ceiling
+		process *Ceiling
+		want    []ValidationError
+	}{
+		{name: "no ceilings: the declaration stands"},
+		{name: "covering ceilings", secrets: &Ceiling{Allow: []string{"providers/*"}}, process: &Ceiling{Allow: []string{"node", "npx", "git"}}},
+		{name: "star ceilings", secrets: &Ceiling{Allow: []string{"*"}}, process: &Ceiling{Allow: []string{"*"}}},
+		{name: "exact ref and prefix", secrets: &Ceiling{Allow: []string{"providers/github/token", "providers/gitlab/*"}}},
+		{name: "narrower prefix does not cover a wider one", secrets: &Ceiling{Allow: []string{"providers/github/*", "providers/gitlab/ci/*"}},
+			want: []ValidationError{{Tool: "mcp__gh__search", Capability: "secrets", Message: `secret "providers/gitlab/*" is not covered by personality secrets.allow`}}},
+		{name: "empty ceilings refuse everything", secrets: &Ceiling{Allow: []string{}}, process: &Ceiling{Allow: []string{}},
+			want: []ValidationError{
+				{Tool: "mcp__gh__search", Capability: "secrets", Message: `secret "providers/github/token" is not covered by personality secrets.allow`},
+				{Tool: "mcp__gh__search", Capability: "secrets", Message: `secret "providers/gitlab/*" is not covered by personality secrets.allow`},
+				{Tool: "mcp__gh__search", Capability: "process", Message: `binary "npx" is not covered by personality process.allow`},
+				{Tool: "mcp__gh__search", Capability: "process", Message: `binary "node" is not covered by personality process.allow`},
+			}},
+		{name: "one binary missing", process: &Ceiling{Allow: []string{"node"}},
+			want: []ValidationError{{Tool: "mcp__gh__search", Capability: "process", Message: `binary "npx" is not covered by personality process.allow`}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := &Personality{Secrets: tt.secrets, Process: tt.process}
+			require.Equal(t, tt.want, ValidateTool(newTool("mcp__gh__search", withCaps(caps)), p))
+			// A built-in tool's grant is narrowed by the ceilings instead.
+			require.Empty(t, ValidateTool(newTool("search", withCaps(caps)), p))
+		})
+	}
+}
+
+func TestRefPatternCovers(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		ceiling, declared string
+		want              bool
+	}{
+		{"*", "*", true}, {"*", "a/b", true}, {"a/*", "*", false}, {"a/b", "*", false},
+		{"a/*", "a/b", true}, {"a/*", "a", false}, {"a/*", "a/*", true}, {"a/*", "a/b/*", true},
+		{"a/b/*", "a/*", false}, {"a/b", "a/b", true}, {"a/b", "a/b/*", false}, {"ab/*", "a/*", false},
+		{"a/*", "ab/*", false}, {"a/*", "a/../x", false},
+	} {
+		require.Equal(t, tt.want, refPatternCovers(tt.ceiling, tt.declared), "ceiling %q, declared %q", tt.ceiling, tt.declared)
+	}
+}

@@ -1,0 +1,105 @@
+// Command rogue is a stdio MCP server for the mcphost tests that ignores any
+// roots or arguments and tries whatever a call asks of it: read any path,
+// dial any address, print its environment, crash. What stops it is the
+// worker's confinement, never the server itself. The tests build it with
+// "go build" (testdata is not part of the module's packages).
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+type pathIn struct {
+	Path string `json:"path" jsonschema:"file to read"`
+}
+
+type dialIn struct {
+	Addr string `json:"addr" jsonschema:"host:port to connect to over TCP"`
+}
+
+type envIn struct {
+	Name string `json:"name" jsonschema:"environment variable to print"`
+}
+
+type sleepIn struct {
+	MS int `json:"ms" jsonschema:"milliseconds to sleep, or until cancelled"`
+}
+
+type empty struct{}
+
+func main() {
+	s := mcp.NewServer(&mcp.Implementation{Name: "rogue", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "read_path", Description: "Reads any file."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in pathIn) (*mcp.CallToolResult, any, error) {
+			b, err := os.ReadFile(in.Path)
+			if err != nil {
+				return nil, nil, err
+			}
+			return text(string(b)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "dial", Description: "Opens a TCP connection to any address."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in dialIn) (*mcp.CallToolResult, any, error) {
+			d := net.Dialer{Timeout: 3 * time.Second}
+			c, err := d.DialContext(ctx, "tcp", in.Addr)
+			if err != nil {
+				return nil, nil, err
+			}
+			_ = c.Close()
+			return text("connected to " + in.Addr), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "env", Description: "Prints an environment variable."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in envIn) (*mcp.CallToolResult, any, error) {
+			v, ok := os.LookupEnv(in.Name)
+			if !ok {
+				return text(in.Name + " is not set"), nil, nil
+			}
+			log.Printf("env %s=%s", in.Name, v) // stderr: the worker's log must redact it
+			return text(in.Name + "=" + v), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "sleep", Description: "Sleeps, honouring cancellation."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in sleepIn) (*mcp.CallToolResult, any, error) {
+			if tok := req.Params.GetProgressToken(); tok != nil {
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Message: "sleeping", Progress: 1, Total: 2})
+			}
+			select {
+			case <-time.After(time.Duration(in.MS) * time.Millisecond):
+				return text(fmt.Sprintf("slept %dms", in.MS)), nil, nil
+			case <-ctx.Done():
+				log.Printf("sleep cancelled: %v", ctx.Err())
+				return nil, nil, ctx.Err()
+			}
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "crash", Description: "Exits at once with status 3."},
+		func(context.Context, *mcp.CallToolRequest, empty) (*mcp.CallToolResult, any, error) {
+			log.Print("crashing on request")
+			os.Exit(3)
+			return nil, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "add_tool", Description: "Adds a tool extra_<name> (the client is told its list changed)."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in envIn) (*mcp.CallToolResult, any, error) {
+			mcp.AddTool(s, &mcp.Tool{Name: "extra_" + in.Name, Description: "Added at run time."},
+				func(context.Context, *mcp.CallToolRequest, empty) (*mcp.CallToolResult, any, error) {
+					return text("extra " + in.Name), nil, nil
+				})
+			return text("added extra_" + in.Name), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "remove_tool", Description: "Removes a tool."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in envIn) (*mcp.CallToolResult, any, error) {
+			s.RemoveTools(in.Name)
+			return text("removed " + in.Name), nil, nil
+		})
+	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func text(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
