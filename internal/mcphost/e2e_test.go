@@ -331,11 +331,14 @@ fs_reach:
 func TestEverythingServer(t *testing.T) {
 	t.Parallel()
 	p := startPool(t, map[string]string{"tester": everythingPersonality})
+	// Progress, cancels and results live under the calls' personality.
+	tc, err := p.c.WithPersonality("tester")
+	require.NoError(t, err)
 
 	t.Run("progress", func(t *testing.T) {
 		var mu sync.Mutex
 		var events []client.Progress
-		stop, err := p.c.Progress(ctxT(t), protocol.AudienceUser, "progress-batch", true, func(ev client.Progress) {
+		stop, err := tc.Progress(ctxT(t), protocol.AudienceUser, "progress-batch", true, func(ev client.Progress) {
 			mu.Lock()
 			events = append(events, ev)
 			mu.Unlock()
@@ -360,7 +363,7 @@ func TestEverythingServer(t *testing.T) {
 
 	t.Run("cancel", func(t *testing.T) {
 		started := make(chan struct{}, 1)
-		stop, err := p.c.Progress(ctxT(t), "", "cancel-batch", true, func(client.Progress) {
+		stop, err := tc.Progress(ctxT(t), "", "cancel-batch", true, func(client.Progress) {
 			select {
 			case started <- struct{}{}:
 			default:
@@ -377,8 +380,8 @@ func TestEverythingServer(t *testing.T) {
 			t.Fatal("the long-running operation never reported progress")
 		}
 		begun := time.Now()
-		require.NoError(t, p.c.Cancel(ctxT(t), call.CallID, "the user gave up"))
-		res, err := p.c.Await(ctxT(t), "cancel-batch", call.CallID)
+		require.NoError(t, tc.Cancel(ctxT(t), call.CallID, "the user gave up"))
+		res, err := tc.Await(ctxT(t), "cancel-batch", call.CallID)
 		require.NoError(t, err)
 		require.Equal(t, protocol.CodeExecutionFailed, res.Code)
 		require.Equal(t, "cancelled: the user gave up", res.Error)
@@ -420,11 +423,14 @@ func TestEverythingServer(t *testing.T) {
 func TestServerKilledMidCall(t *testing.T) {
 	t.Parallel()
 	p := startPool(t, map[string]string{"tester": everythingPersonality})
+	// Progress, cancels and results live under the calls' personality.
+	tc, err := p.c.WithPersonality("tester")
+	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(p.granted, "still.txt"), []byte("still here"), 0o600))
 	before := p.status("everything")
 
 	started := make(chan struct{}, 1)
-	stop, err := p.c.Progress(ctxT(t), "", "kill-batch", true, func(client.Progress) {
+	stop, err := tc.Progress(ctxT(t), "", "kill-batch", true, func(client.Progress) {
 		select {
 		case started <- struct{}{}:
 		default:
@@ -445,7 +451,7 @@ func TestServerKilledMidCall(t *testing.T) {
 	require.Equal(t, before.PID, p.status("everything").PID)
 	require.NoError(t, syscall.Kill(before.PID, syscall.SIGKILL))
 
-	res, err := p.c.Await(ctxT(t), "kill-batch", call.CallID)
+	res, err := tc.Await(ctxT(t), "kill-batch", call.CallID)
 	require.NoError(t, err)
 	require.True(t, res.OK, "the call ran again after the restart: %+v\nlog:\n%s", res, p.logs.String())
 	require.Contains(t, res.Value, "Long running operation completed")
