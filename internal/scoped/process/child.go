@@ -42,10 +42,15 @@ type Child struct {
 	cg      *callCgroup
 	tmp     string
 	killed  atomic.Bool
-	stop    func() // stops the egress proxy; nil without one
-	once    sync.Once
-	exit    *tool.ProcessResult
-	err     error
+	// mu orders Kill with the end of the child: once reaped is set, its
+	// cgroup may serve another call and its process group id another
+	// process, so Kill touches neither.
+	mu     sync.Mutex
+	reaped bool
+	stop   func() // stops the egress proxy; nil without one
+	once   sync.Once
+	exit   *tool.ProcessResult
+	err    error
 }
 
 // Run starts cmd.Binary with cmd.Args and waits for it.
@@ -367,8 +372,14 @@ func (r *Runner) serveEgress(ctx context.Context, f *os.File) (stop func(), err 
 }
 
 // Kill kills the child and everything it started (its cgroup and process
-// group) at once; Wait then returns.
+// group) at once; Wait then returns. After the child has ended and been
+// cleaned up, Kill does nothing.
 func (ch *Child) Kill() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.reaped {
+		return nil
+	}
 	ch.killed.Store(true)
 	return ch.r.kill(ch.Pid, ch.cg)
 }
@@ -392,8 +403,12 @@ func (ch *Child) wait() (*tool.ProcessResult, error) {
 		ch.unwatch()
 	}
 	// Background jobs of the child stay in its cgroup and group: kill them
-	// so that nothing outlives the call and the pipes close.
+	// so that nothing outlives the call and the pipes close. From here on
+	// Kill leaves the cgroup, soon back in the pool, alone.
+	ch.mu.Lock()
 	_ = r.kill(ch.Pid, ch.cg)
+	ch.reaped = true
+	ch.mu.Unlock()
 	if ch.stop != nil {
 		ch.stop()
 	}

@@ -70,3 +70,33 @@ func closeChild(t *testing.T, ch *process.Child) {
 		_ = c.Close()
 	}
 }
+
+// TestKillAfterWaitLeavesTheNextCallAlone: once a child has ended, its
+// cgroup goes back to the pool and may hold the next call's child; a late
+// Kill of the first (a hosted MCP server's supervisor does that) must not
+// reach it.
+func TestKillAfterWaitLeavesTheNextCallAlone(t *testing.T) {
+	t.Parallel()
+	r := process.New(grant("cat"), process.Reach{}, resolver, process.Config{}, nil)
+	first, err := r.Start(context.Background(), tool.Command{Binary: "cat"})
+	require.NoError(t, err)
+	require.NoError(t, first.Stdin.Close())
+	_, err = first.Wait()
+	require.NoError(t, err)
+	closeChild(t, first)
+
+	next, err := r.Start(context.Background(), tool.Command{Binary: "cat"})
+	require.NoError(t, err)
+	defer closeChild(t, next)
+	require.NoError(t, first.Kill(), "a late Kill is a no-op")
+	out := bufio.NewReader(next.Stdout)
+	_, err = io.WriteString(next.Stdin, "still here\n")
+	require.NoError(t, err)
+	got, err := out.ReadString('\n')
+	require.NoError(t, err, "the next call's child is alive")
+	require.Equal(t, "still here\n", got)
+	require.NoError(t, next.Stdin.Close())
+	res, err := next.Wait()
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode)
+}
