@@ -147,7 +147,7 @@ func (c *Client) ToolsFor(ctx context.Context, id string) ([]CatalogEntry, error
 	}
 	var out []CatalogEntry
 	for _, e := range entries {
-		t, err := catalogTool(e)
+		t, err := CatalogTool(e)
 		if err != nil {
 			continue
 		}
@@ -166,7 +166,7 @@ func (c *Client) catalogTools(ctx context.Context) ([]*tool.Tool, error) {
 	}
 	tools := make([]*tool.Tool, 0, len(entries))
 	for _, e := range entries {
-		t, err := catalogTool(e)
+		t, err := CatalogTool(e)
 		if err != nil {
 			return nil, err
 		}
@@ -175,8 +175,12 @@ func (c *Client) catalogTools(ctx context.Context) ([]*tool.Tool, error) {
 	return tools, nil
 }
 
-// catalogTool rebuilds the declaration of a catalog entry (no Execute).
-func catalogTool(e CatalogEntry) (*tool.Tool, error) {
+// CatalogTool rebuilds the declaration of a catalog entry, as the worker
+// that registered it declared the tool (no Execute, no availability check):
+// what ValidatePersonality, ToolsFor and "dispatcher explain" check a
+// personality against. Capabilities that do not decode are an error naming
+// the entry.
+func CatalogTool(e CatalogEntry) (*tool.Tool, error) {
 	t := &tool.Tool{Name: e.Name, Description: e.Description, Schema: e.Schema, Toolset: e.Toolset,
 		Permissions: e.Permissions, OutputIsUntrusted: e.OutputIsUntrusted, AlwaysInclude: e.AlwaysInclude,
 		MaxResultChars: e.MaxResultChars, Plugin: e.Plugin}

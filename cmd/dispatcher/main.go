@@ -96,6 +96,8 @@ func commands() []command {
 		{"batch", "<calls.jsonl|-> [-o results.jsonl] [--wait d]",
 			"run every line of a JSONL file as a call; results as JSONL in input order", (*app).cmdBatch},
 		{"tools", "[--personality id] [--json]", "list the tool catalog (as the LLM of a personality sees it)", (*app).cmdTools},
+		{"explain", "[--personality id] [tool] [--json]",
+			"for each tool (or the one named): may the personality call it, the gate that refuses it, the grant a call gets", (*app).cmdExplain},
 		{"mcp", "[--personality id] | --http <addr> --tokens <file> [--timeout d]",
 			"serve the pool as an MCP server (stdio, or streamable HTTP at http://<addr>/mcp); a session sees only its personality's tools", (*app).cmdMCP},
 		{"personality", "put <file|dir>... | get <id> | list | validate <file> | delete <id>",

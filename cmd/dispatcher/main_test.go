@@ -25,7 +25,7 @@ func TestHelpListsEveryCommandAndVariable(t *testing.T) {
 		code, stdout, stderr := runT(t, nil, "", arg)
 		require.Equal(t, exitOK, code)
 		require.Empty(t, stderr)
-		for _, c := range []string{"call", "batch", "tools", "mcp", "result", "cancel", "progress", "dlq", "help"} {
+		for _, c := range []string{"call", "batch", "tools", "explain", "mcp", "result", "cancel", "progress", "dlq", "help"} {
 			require.Regexp(t, `\n  `+c+`( |\n)`, stdout, "command %s", c)
 		}
 		for _, v := range configVars() {
@@ -53,6 +53,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"batch without file", []string{"batch"}, "capstan: batch: expected one calls file (- for stdin), got 0 arguments"},
 		{"batch missing file", []string{"batch", "/nonexistent/calls.jsonl"}, "capstan: batch: open /nonexistent/calls.jsonl: no such file or directory"},
 		{"tools extra argument", []string{"tools", "x"}, `capstan: tools: unexpected argument "x"`},
+		{"explain two tools", []string{"explain", "a", "b"}, "capstan: explain: expected at most one tool name, got 2 arguments"},
+		{"explain unknown flag", []string{"explain", "--tool", "a"}, "flag provided but not defined: -tool"},
 		{"result without id", []string{"result"}, "capstan: result: expected one call_id"},
 		{"cancel bad id", []string{"cancel", "a.b"}, `capstan: cancel: call_id "a.b" must match`},
 		{"progress bad audience", []string{"progress", "--audience", "everyone"}, "--audience must be internal, user or dashboard"},

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/capstanhq/capstan/client"
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/tool"
+)
+
+// cmdExplain prints, for every tool of the catalog (or the one named),
+// whether a personality may call it, the gate that refuses it, and the
+// grant a call gets, computed with the worker's own gate and resolution
+// functions (explainTool).
+func (a *app) cmdExplain(ctx context.Context, args []string) int {
+	fs := a.flags("explain")
+	personality := fs.String("personality", "", "the personality to explain (default: CAPSTAN_DEFAULT_PERSONALITY, \"default\")")
+	asJSON := fs.Bool("json", false, "print a JSON array of {tool, allowed, gate, message, problems, grant}")
+	pos, err := parseFlags(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) > 1 {
+		a.errorf("explain: expected at most one tool name, got %d arguments", len(pos))
+		fs.Usage()
+		return exitUsage
+	}
+	c, closeFn, ok := a.setup(ctx)
+	if !ok {
+		return exitUsage
+	}
+	defer closeFn()
+	id := cmp.Or(*personality, c.PersonalityID())
+	p, code, ok := a.explainPersonality(ctx, c, id)
+	if !ok {
+		return code
+	}
+	tools, err := a.catalogTools(ctx, c)
+	if err != nil {
+		a.errorf("explain: %v", err)
+		return exitUsage
+	}
+	if len(pos) == 1 {
+		i := slices.IndexFunc(tools, func(t *tool.Tool) bool { return t.Name == pos[0] })
+		if i < 0 {
+			a.errorf("explain: Unknown tool: %s (no worker has registered it in the catalog)", pos[0])
+			return exitFailed
+		}
+		tools = tools[i : i+1]
+	} else if len(tools) == 0 {
+		a.errorf("explain: the catalog is empty: no worker has registered its tools yet")
+	}
+	out := explainTools(tools, p)
+	if *asJSON {
+		return a.printJSON("explain", out)
+	}
+	if err := printExplanations(a.stdout, p.ID, out, len(pos) == 0); err != nil {
+		a.errorf("explain: %v", err)
+		return exitUsage
+	}
+	return exitOK
+}
+
+// explainPersonality reads and parses personality id as a worker does:
+// unknown, invalid, or stored under another id's key is exit 1 with the
+// worker's refusal; a read that fails is exit 2.
+func (a *app) explainPersonality(ctx context.Context, c *client.Client, id string) (*capability.Personality, int, bool) {
+	doc, err := c.Personality(ctx, id)
+	if err != nil {
+		hint := ""
+		if errors.Is(err, bus.ErrPermissionDenied) {
+			hint = " (this NATS user may not read personality " + id + "; a tenant's user reads only its own: docs/operations.md, \"NATS users\")"
+		}
+		a.errorf("explain: %v%s", err, hint)
+		return nil, exitCode(err), false
+	}
+	// ${HOME} is this process's, as for personality validate and tools --personality.
+	home, _ := os.UserHomeDir()
+	p, err := capability.Parse(doc, capability.Env{Home: home})
+	if err == nil && p.ID != id {
+		err = fmt.Errorf("document id %q does not match its key %q", p.ID, id)
+	}
+	if err != nil {
+		a.errorf("explain: Personality %s is invalid: %v", id, err)
+		return nil, exitFailed, false
+	}
+	return p, exitOK, true
+}
+
+// catalogTools returns the declarations of the catalog's tools, by name;
+// an entry whose declaration does not decode is left out with a warning.
+func (a *app) catalogTools(ctx context.Context, c *client.Client) ([]*tool.Tool, error) {
+	entries, err := c.Tools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tools := make([]*tool.Tool, 0, len(entries))
+	for _, e := range entries {
+		t, err := client.CatalogTool(e)
+		if err != nil {
+			a.errorf("explain: warning: %v; tool left out", err)
+			continue
+		}
+		tools = append(tools, t)
+	}
+	return tools, nil
+}
+
+// printJSON prints v as indented JSON on stdout, with <, > and & as they
+// are (JSON for people; capability values such as scope ids hold them).
+func (a *app) printJSON(cmd string, v any) int {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		a.errorf("%s: %v", cmd, err)
+		return exitUsage
+	}
+	_, _ = a.stdout.Write(b.Bytes())
+	return exitOK
+}
+
+// printExplanations writes the human form: a summary line when the whole
+// catalog was explained, then one section per tool, its verdict first and
+// its grant (or refusal) below.
+func printExplanations(w io.Writer, personality string, out []explanation, summary bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if summary {
+		n := 0
+		for _, e := range out {
+			if e.Allowed {
+				n++
+			}
+		}
+		fmt.Fprintf(tw, "personality %s may call %d of %d tools\n", personality, n, len(out))
+	}
+	for i, e := range out {
+		if summary || i > 0 {
+			fmt.Fprintln(tw)
+		}
+		if !e.Allowed {
+			fmt.Fprintf(tw, "%s: refused by gate %s\n", e.Tool, e.Gate)
+			if len(e.Problems) == 0 {
+				fmt.Fprintf(tw, "  %s\n", e.Message)
+			}
+			for _, p := range e.Problems {
+				fmt.Fprintf(tw, "  %s: %s\n", p.Capability, p.Message)
+			}
+			continue
+		}
+		fmt.Fprintf(tw, "%s: allowed\n", e.Tool)
+		for _, r := range grantRows(e.Grant) {
+			fmt.Fprintf(tw, "  %s\t%s\n", r[0], r[1])
+		}
+	}
+	return tw.Flush()
+}
+
+// grantRows lays a grant out as (label, value) rows.
+func grantRows(g *grantView) [][2]string {
+	var rows [][2]string
+	add := func(label, value string) { rows = append(rows, [2]string{label, value}) }
+	if g.Network == nil && g.FSReach == nil && g.Secrets == nil && g.Process == nil && g.Storage == nil {
+		add("reach", "nothing external (no capabilities declared)")
+	}
+	if n := g.Network; n != nil {
+		add("network", orNone(n.Hosts, "none (the personality's safety.network allows this tool no host)"))
+		if len(n.Deny) > 0 {
+			add("network deny", strings.Join(n.Deny, ", "))
+		}
+		if n.AllowPrivateURLs {
+			add("private addresses", "allowed (safety.network.allow_private_urls)")
+		}
+	}
+	if f := g.FSReach; f != nil {
+		add("files read", orNone(f.Read, "none"))
+		add("files write", orNone(f.Write, "none"))
+		add("working dir", cmp.Or(f.WorkingDir, "none"))
+	}
+	if s := g.Secrets; s != nil {
+		add("secrets", orNone(s.Refs, "none"))
+		add("raw secrets", orNone(s.Raw, "none (the tool never reads a value; secrets are injected at egress)"))
+		if len(s.SendTo) == 0 {
+			add("send_to", "none (no secret is sent over HTTP)")
+		}
+		label := "send_to"
+		for _, ref := range slices.Sorted(maps.Keys(s.SendTo)) {
+			add(label, ref+" -> "+strings.Join(s.SendTo[ref], ", "))
+			label = ""
+		}
+	}
+	if p := g.Process; p != nil {
+		add("binaries", orNone(p.Binaries, "none"))
+		cpu := "unlimited"
+		if p.Limits.CPU > 0 {
+			cpu = strconv.FormatFloat(p.Limits.CPU, 'g', -1, 64)
+		}
+		add("process limits", fmt.Sprintf("memory %s, pids %d, cpu %s", p.Limits.Memory, p.Limits.Pids, cpu))
+	}
+	if s := g.Storage; s != nil {
+		v := fmt.Sprintf("%s scope %s (%s)", s.Kind, s.Scope, s.ScopeID)
+		if s.TTLSecondsDefault > 0 {
+			v += fmt.Sprintf(", default ttl %ds", s.TTLSecondsDefault)
+		}
+		add("storage", v)
+	}
+	if r := g.RateLimit; r != nil {
+		add("rate limit", fmt.Sprintf("%d calls per %s (fleet-wide)", r.Requests, r.Window))
+	}
+	b := g.Budget
+	budget := fmt.Sprintf("%d chars (personality %d", b.ResultChars, b.PersonalityResultChars)
+	if b.ToolMaxResultChars > 0 {
+		budget += fmt.Sprintf(", tool at most %d", b.ToolMaxResultChars)
+	}
+	add("result budget", budget+")")
+	if b.BlobsAllowed {
+		add("blobs", "allowed")
+	} else {
+		add("blobs", "forbidden by the personality (budget.blobs: false)")
+	}
+	return rows
+}
+
+func orNone(s []string, none string) string {
+	if len(s) == 0 {
+		return none
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"cmp"
+	"strings"
+
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/shape"
+	"github.com/capstanhq/capstan/tool"
+)
+
+// explainSession stands for the call's session id in the storage scope ids
+// that explain shows ("session:<session_id>"): it differs from call to call.
+const explainSession = "<session_id>"
+
+// explanation answers, for one tool and one personality, whether the
+// personality may call the tool, which gate refuses it, and the grant a
+// call gets (docs/capabilities.md, "Explain"). It is the JSON shape of
+// "dispatcher explain --json", one object per tool.
+type explanation struct {
+	Tool    string `json:"tool"`
+	Allowed bool   `json:"allowed"`
+	// Gate is the audit decision of the gate that refuses the call
+	// (protocol.Decision*: unknown_tool, toolset, permission, capability);
+	// "" when allowed.
+	Gate string `json:"gate"`
+	// Message is the refusal the worker answers (not_available), "" when allowed.
+	Message string `json:"message,omitempty"`
+	// Problems are the validation errors of a capability refusal.
+	Problems []capability.ValidationError `json:"problems,omitempty"`
+	// Grant is what a call of the tool reaches; nil when refused.
+	Grant *grantView `json:"grant"`
+}
+
+// grantView is the effective grant of an allowed tool. A capability the
+// tool does not declare is nil (JSON null); a declared one that resolves to
+// nothing has empty lists.
+type grantView struct {
+	Network   *networkView   `json:"network"`
+	FSReach   *fsView        `json:"fs_reach"`
+	Secrets   *secretsView   `json:"secrets"`
+	Process   *processView   `json:"process"`
+	Storage   *storageView   `json:"storage"`
+	RateLimit *rateLimitView `json:"rate_limit"`
+	Budget    budgetView     `json:"budget"`
+}
+
+// networkView: a request must match one of Hosts and none of Deny.
+type networkView struct {
+	Hosts            []string `json:"hosts"`
+	Deny             []string `json:"deny"`
+	AllowPrivateURLs bool     `json:"allow_private_urls"`
+}
+
+type fsView struct {
+	Read       []string `json:"read"`
+	Write      []string `json:"write"`
+	WorkingDir string   `json:"working_dir"`
+}
+
+// secretsView: Refs the tool may use, Raw those whose value it may read,
+// SendTo the hosts each ref pattern may be sent to over HTTP.
+type secretsView struct {
+	Refs   []string            `json:"refs"`
+	Raw    []string            `json:"raw"`
+	SendTo map[string][]string `json:"send_to"`
+}
+
+type processView struct {
+	Binaries []string          `json:"binaries"`
+	Limits   processLimitsView `json:"limits"`
+}
+
+// processLimitsView are the cgroup ceilings of a call's children; CPU 0 is
+// unlimited.
+type processLimitsView struct {
+	Memory      string  `json:"memory"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	Pids        int     `json:"pids"`
+	CPU         float64 `json:"cpu"`
+}
+
+type storageView struct {
+	Kind              string `json:"kind"`
+	Scope             string `json:"scope"`
+	ScopeID           string `json:"scope_id"`
+	TTLSecondsDefault int64  `json:"ttl_seconds_default"`
+}
+
+type rateLimitView struct {
+	Requests      int    `json:"requests"`
+	Window        string `json:"window"`
+	WindowSeconds int64  `json:"window_seconds"`
+}
+
+// budgetView: ResultChars is what a call that names no budget of its own
+// gets: min(personality budget, tool maximum).
+type budgetView struct {
+	ResultChars            int  `json:"result_chars"`
+	PersonalityResultChars int  `json:"personality_result_chars"`
+	ToolMaxResultChars     int  `json:"tool_max_result_chars"`
+	BlobsAllowed           bool `json:"blobs_allowed"`
+}
+
+// explainTools explains every tool of tools for p, in the order given.
+func explainTools(tools []*tool.Tool, p *capability.Personality) []explanation {
+	out := make([]explanation, len(tools))
+	for i, t := range tools {
+		out[i] = explainTool(t, t.Name, p)
+	}
+	return out
+}
+
+// explainTool runs, for a call of t by personality p, the gates of the
+// worker's pipeline that depend on the policy alone, in the worker's order,
+// with the same functions (worker/pipeline.go: admit): unknown tool (t nil;
+// name names it), toolset/MCP-server/plugin filters, permissions, then
+// capability validation and resolution. The first refusal decides. Gates
+// that depend on the call or the worker are not run: exclude_tools and
+// narrow_tools, availability, the rate limit's count, the arguments'
+// schema, the worker's secrets backend and process sandbox.
+func explainTool(t *tool.Tool, name string, p *capability.Personality) explanation {
+	if t == nil {
+		return refusedBy(explanation{Tool: name}, &capability.Refusal{Decision: protocol.DecisionUnknownTool, Message: "Unknown tool: " + name})
+	}
+	e := explanation{Tool: t.Name}
+	if r := capability.ToolsetGate(t, p, nil); r != nil {
+		return refusedBy(e, r)
+	}
+	if r := capability.PermissionGate(t, p); r != nil {
+		return refusedBy(e, r)
+	}
+	if errs := capability.ValidateTool(t, p); len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, ve := range errs {
+			msgs[i] = ve.Message
+		}
+		e.Problems = errs
+		return refusedBy(e, &capability.Refusal{Decision: protocol.DecisionCapability, Message: strings.Join(msgs, "; ")})
+	}
+	g, err := capability.Resolve(t, p, callView(t, p))
+	if err != nil {
+		return refusedBy(e, &capability.Refusal{Decision: protocol.DecisionCapability, Message: err.Error()})
+	}
+	e.Allowed = true
+	e.Grant = describeGrant(t, p, g)
+	return e
+}
+
+// callView is the call explain resolves for: one by personality p with no
+// working_dir of its own (so the personality's workdir) and the session
+// placeholder explainSession.
+func callView(t *tool.Tool, p *capability.Personality) capability.CallView {
+	return capability.CallView{Tool: t.Name, SessionID: explainSession, PersonalityID: p.ID}
+}
+
+func refusedBy(e explanation, r *capability.Refusal) explanation {
+	e.Allowed, e.Gate, e.Message, e.Grant = false, r.Decision, r.Message, nil
+	return e
+}
+
+// describeGrant turns the grant the worker resolves for a call of t by p
+// into its view, with the personality's rate limit and budget for t.
+func describeGrant(t *tool.Tool, p *capability.Personality, g *capability.Grant) *grantView {
+	v := &grantView{}
+	if n := g.Network; n != nil {
+		v.Network = &networkView{Hosts: list(n.Hosts()), Deny: list(n.Denied()), AllowPrivateURLs: n.AllowPrivateURLs}
+	}
+	if f := g.FS; f != nil {
+		v.FSReach = &fsView{Read: list(f.Read), Write: list(f.Write), WorkingDir: f.WorkingDir}
+	}
+	if s := g.Secrets; s != nil {
+		sendTo := s.SendTo()
+		if sendTo == nil {
+			sendTo = map[string][]string{}
+		}
+		v.Secrets = &secretsView{Refs: list(s.Refs()), Raw: list(s.RawRefs()), SendTo: sendTo}
+	}
+	if b := g.Process; b != nil {
+		l := b.Limits.WithDefaults()
+		v.Process = &processView{Binaries: list(b.Binaries()),
+			Limits: processLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU}}
+	}
+	if s := g.Storage; s != nil {
+		v.Storage = &storageView{Kind: cmp.Or(t.Capabilities.Storage.Kind, "kv"), Scope: string(s.Scope), ScopeID: s.ScopeID,
+			TTLSecondsDefault: int64(s.TTLDefault.Seconds())}
+	}
+	if lim, ok := p.RateLimits[t.Name]; ok {
+		v.RateLimit = &rateLimitView{Requests: lim.Requests, Window: lim.WindowText, WindowSeconds: int64(lim.Window.Seconds())}
+	}
+	// As the worker gives a call without result_budget_chars its budget
+	// (toolContext) and trims its result (shapeResult).
+	personal := cmp.Or(p.BudgetChars, protocol.DefaultTurnBudgetChars)
+	v.Budget = budgetView{
+		ResultChars:            shape.Budget(int64(personal), t.MaxResultChars),
+		PersonalityResultChars: personal,
+		ToolMaxResultChars:     t.MaxResultChars,
+		BlobsAllowed:           !p.ForbidBlobs,
+	}
+	return v
+}
+
+// list returns s, or an empty list for nil (JSON [] rather than null).
+func list(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/tool"
+)
+
+// researcherDoc is a personality that sets every key explain shows.
+const researcherDoc = `id: researcher
+toolset: [gh, files, runner, memo, notes, scratch, weather, fetcher, wide]
+mcp_servers: [github]
+permissions: ["weather:read"]
+fs_reach:
+  workdir: /srv/agents/researcher
+  read: ["${WORKDIR}", /srv/shared]
+  write: ["${WORKDIR}/out"]
+safety:
+  network:
+    allow: ["*.github.com", "api.openai.com"]
+    deny: [gist.github.com]
+secrets:
+  allow: ["providers/github/*", "http/*"]
+  send_to:
+    "providers/github/*": [api.github.com]
+    "http/openai": [api.openai.com]
+process:
+  allow: [git, ls]
+  limits: {memory: 512MiB, pids: 64, cpu: 1.5}
+rate_limits:
+  gh: {requests: 100, window: 1h}
+budget: {result_chars: 50000}
+`
+
+func parsePersonality(t *testing.T, doc string) *capability.Personality {
+	t.Helper()
+	p, err := capability.Parse([]byte(doc), capability.Env{Home: "/home/agent"})
+	require.NoError(t, err)
+	return p
+}
+
+func TestExplainTool(t *testing.T) {
+	t.Parallel()
+	researcher := parsePersonality(t, researcherDoc)
+	bare := parsePersonality(t, "id: bare\nbudget: {result_chars: 1000, blobs: false}\n")
+	gh := &tool.Tool{Name: "gh", Toolset: "web", MaxResultChars: 20000, Capabilities: tool.Capabilities{
+		Network:    &tool.Network{AllowedHosts: []string{"*"}},
+		Secrets:    []string{"providers/*", "http/openai", "vault/*"},
+		SecretsRaw: []string{"providers/github/app/key"},
+	}}
+	tests := []struct {
+		name string
+		tool *tool.Tool
+		p    *capability.Personality
+		want explanation
+	}{
+		{name: "network and secrets: hosts, send_to bindings and raw refs", tool: gh, p: researcher,
+			want: explanation{Tool: "gh", Allowed: true, Grant: &grantView{
+				Network: &networkView{Hosts: []string{"*.github.com", "api.openai.com"}, Deny: []string{"gist.github.com"}},
+				Secrets: &secretsView{
+					Refs:   []string{"providers/github/*", "http/openai"},
+					Raw:    []string{"providers/github/app/key"},
+					SendTo: map[string][]string{"providers/github/*": {"api.github.com"}, "http/openai": {"api.openai.com"}},
+				},
+				RateLimit: &rateLimitView{Requests: 100, Window: "1h", WindowSeconds: 3600},
+				Budget:    budgetView{ResultChars: 20000, PersonalityResultChars: 50000, ToolMaxResultChars: 20000, BlobsAllowed: true},
+			}}},
+		{name: "files: read and write roots, working dir", p: researcher,
+			tool: &tool.Tool{Name: "files", Capabilities: tool.Capabilities{FSReach: &tool.FSReach{
+				Read: tool.FromPersonality(), Write: tool.Paths("/srv/agents/researcher/out/reports")}}},
+			want: explanation{Tool: "files", Allowed: true, Grant: &grantView{
+				FSReach: &fsView{Read: []string{"/srv/agents/researcher", "/srv/shared"}, Write: []string{"/srv/agents/researcher/out/reports"},
+					WorkingDir: "/srv/agents/researcher"},
+				Budget: budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			}}},
+		{name: "process: binaries under the ceiling and the limits", p: researcher,
+			tool: &tool.Tool{Name: "runner", Capabilities: tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"*"}}}},
+			want: explanation{Tool: "runner", Allowed: true, Grant: &grantView{
+				Process: &processView{Binaries: []string{"git", "ls"},
+					Limits: processLimitsView{Memory: "512MiB", MemoryBytes: 512 << 20, Pids: 64, CPU: 1.5}},
+				Budget: budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			}}},
+		{name: "process: default limits, no ceiling", p: bare,
+			tool: &tool.Tool{Name: "runner", Capabilities: tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"bash"}}}},
+			want: explanation{Tool: "runner", Allowed: true, Grant: &grantView{
+				Process: &processView{Binaries: []string{"bash"},
+					Limits: processLimitsView{Memory: "1GiB", MemoryBytes: 1 << 30, Pids: 256}},
+				Budget: budgetView{ResultChars: 1000, PersonalityResultChars: 1000},
+			}}},
+		{name: "storage: session scope", p: researcher,
+			tool: &tool.Tool{Name: "memo", Capabilities: tool.Capabilities{Storage: &tool.Storage{Scope: tool.ScopeSession, Kind: "kv", TTLSecondsDefault: 3600}}},
+			want: explanation{Tool: "memo", Allowed: true, Grant: &grantView{
+				Storage: &storageView{Kind: "kv", Scope: "session", ScopeID: "session:<session_id>", TTLSecondsDefault: 3600},
+				Budget:  budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			}}},
+		{name: "storage: personality scope", p: researcher,
+			tool: &tool.Tool{Name: "notes", Capabilities: tool.Capabilities{Storage: &tool.Storage{Scope: tool.ScopePersonality, Kind: "kv"}}},
+			want: explanation{Tool: "notes", Allowed: true, Grant: &grantView{
+				Storage: &storageView{Kind: "kv", Scope: "personality", ScopeID: "personality:researcher"},
+				Budget:  budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			}}},
+		{name: "storage: tool-private scope", p: researcher,
+			tool: &tool.Tool{Name: "scratch", Capabilities: tool.Capabilities{Storage: &tool.Storage{Scope: tool.ScopeToolPrivate, Kind: "kv"}}},
+			want: explanation{Tool: "scratch", Allowed: true, Grant: &grantView{
+				Storage: &storageView{Kind: "kv", Scope: "tool-private", ScopeID: "tool:scratch"},
+				Budget:  budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			}}},
+		{name: "declared capabilities that resolve to nothing", p: bare,
+			tool: &tool.Tool{Name: "fetcher", Capabilities: tool.Capabilities{
+				Network: &tool.Network{AllowedHosts: []string{"*"}}, FSReach: &tool.FSReach{Read: tool.FromPersonality()}, Secrets: []string{"http/*"}}},
+			want: explanation{Tool: "fetcher", Allowed: true, Grant: &grantView{
+				Network: &networkView{Hosts: []string{}, Deny: []string{}},
+				FSReach: &fsView{Read: []string{}, Write: []string{}},
+				Secrets: &secretsView{Refs: []string{"http/*"}, Raw: []string{}, SendTo: map[string][]string{}},
+				Budget:  budgetView{ResultChars: 1000, PersonalityResultChars: 1000},
+			}}},
+		{name: "a tool that touches nothing", p: researcher, tool: &tool.Tool{Name: "weather", Permissions: []string{"weather:read"}},
+			want: explanation{Tool: "weather", Allowed: true, Grant: &grantView{
+				Budget: budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			}}},
+		{name: "hosted MCP tool of a listed server", p: researcher,
+			tool: &tool.Tool{Name: "mcp__github__search", Capabilities: tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"api.github.com"}}}},
+			want: explanation{Tool: "mcp__github__search", Allowed: true, Grant: &grantView{
+				Network: &networkView{Hosts: []string{"api.github.com"}, Deny: []string{"gist.github.com"}},
+				Budget:  budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			}}},
+
+		{name: "unknown tool", p: researcher, tool: nil,
+			want: explanation{Tool: "mystery", Gate: protocol.DecisionUnknownTool, Message: "Unknown tool: mystery"}},
+		{name: "toolset", p: researcher, tool: &tool.Tool{Name: "terminal", Toolset: "terminal"},
+			want: explanation{Tool: "terminal", Gate: protocol.DecisionToolset, Message: "Tool terminal is not permitted for this personality"}},
+		{name: "mcp_servers", p: researcher, tool: &tool.Tool{Name: "mcp__jira__search"},
+			want: explanation{Tool: "mcp__jira__search", Gate: protocol.DecisionToolset, Message: "Tool mcp__jira__search is not permitted for this personality"}},
+		{name: "plugins", p: researcher, tool: &tool.Tool{Name: "gh", Plugin: "extras"},
+			want: explanation{Tool: "gh", Gate: protocol.DecisionToolset, Message: "Tool gh is not permitted for this personality"}},
+		{name: "permission", p: researcher, tool: &tool.Tool{Name: "weather", Permissions: []string{"weather:read", "weather:write"}},
+			want: explanation{Tool: "weather", Gate: protocol.DecisionPermission, Message: "Tool weather requires permission weather:write"}},
+		{name: "validation problems, all of them", p: researcher,
+			tool: &tool.Tool{Name: "wide", Capabilities: tool.Capabilities{
+				Network: &tool.Network{AllowedHosts: []string{"api.stripe.com", "gist.github.com"}},
+				FSReach: &tool.FSReach{Read: tool.Paths("/etc"), Write: tool.Paths("/srv/shared")}}},
+			want: explanation{Tool: "wide", Gate: protocol.DecisionCapability,
+				Message: `host "api.stripe.com" is not in personality network allow list; host "gist.github.com" is on personality network deny list; ` +
+					`path "/etc" is not covered by personality fs_reach.read; path "/srv/shared" is not covered by personality fs_reach.write`,
+				Problems: []capability.ValidationError{
+					{Tool: "wide", Capability: "network", Message: `host "api.stripe.com" is not in personality network allow list`},
+					{Tool: "wide", Capability: "network", Message: `host "gist.github.com" is on personality network deny list`},
+					{Tool: "wide", Capability: "fs_reach.read", Message: `path "/etc" is not covered by personality fs_reach.read`},
+					{Tool: "wide", Capability: "fs_reach.write", Message: `path "/srv/shared" is not covered by personality fs_reach.write`},
+				}}},
+		{name: "hosted MCP tool beyond the secrets ceiling", p: researcher,
+			tool: &tool.Tool{Name: "mcp__github__search", Capabilities: tool.Capabilities{Secrets: []string{"vault/*"}}},
+			want: explanation{Tool: "mcp__github__search", Gate: protocol.DecisionCapability,
+				Message: `secret "vault/*" is not covered by personality secrets.allow`,
+				Problems: []capability.ValidationError{
+					{Tool: "mcp__github__search", Capability: "secrets", Message: `secret "vault/*" is not covered by personality secrets.allow`},
+				}}},
+		{name: "resolution fails", p: researcher,
+			tool: &tool.Tool{Name: "memo", Capabilities: tool.Capabilities{Storage: &tool.Storage{Scope: "global", Kind: "kv"}}},
+			want: explanation{Tool: "memo", Gate: protocol.DecisionCapability,
+				Message: `resolve capabilities of tool memo: storage scope "global" must be tool-private, session or personality`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := explainTool(tc.tool, tc.want.Tool, tc.p)
+			require.Equal(t, tc.want, got)
+			if got.Allowed {
+				requireWorkerGrant(t, tc.tool, tc.p, got.Grant)
+			}
+		})
+	}
+}
+
+// requireWorkerGrant checks a grant view against what the worker resolves
+// for a call of t by p (capability.Resolve, as worker/pipeline.go calls it),
+// field by field, and against the resolved grant's own checks.
+func requireWorkerGrant(t *testing.T, tl *tool.Tool, p *capability.Personality, v *grantView) {
+	t.Helper()
+	g, err := capability.Resolve(tl, p, capability.CallView{Tool: tl.Name, SessionID: explainSession, PersonalityID: p.ID})
+	require.NoError(t, err)
+	require.Equal(t, g.Network == nil, v.Network == nil)
+	if g.Network != nil {
+		require.ElementsMatch(t, g.Network.Hosts(), v.Network.Hosts)
+		require.ElementsMatch(t, g.Network.Denied(), v.Network.Deny)
+		require.Equal(t, g.Network.AllowPrivateURLs, v.Network.AllowPrivateURLs)
+		for _, h := range v.Network.Hosts {
+			if h != "*" && h[0] != '*' {
+				require.NoError(t, g.Network.Check("https", h, 0), "listed host %s passes the worker's check", h)
+			}
+		}
+		require.Error(t, g.Network.Check("https", "unlisted.example", 0))
+	}
+	require.Equal(t, g.FS == nil, v.FSReach == nil)
+	if g.FS != nil {
+		require.ElementsMatch(t, g.FS.Read, v.FSReach.Read)
+		require.ElementsMatch(t, g.FS.Write, v.FSReach.Write)
+		require.Equal(t, g.FS.WorkingDir, v.FSReach.WorkingDir)
+	}
+	require.Equal(t, g.Secrets == nil, v.Secrets == nil)
+	if g.Secrets != nil {
+		require.ElementsMatch(t, g.Secrets.Refs(), v.Secrets.Refs)
+		require.ElementsMatch(t, g.Secrets.RawRefs(), v.Secrets.Raw)
+		for _, raw := range v.Secrets.Raw {
+			if capability.ValidRef(raw) {
+				require.NoError(t, g.Secrets.CheckRaw(raw), "listed raw ref %s passes the worker's check", raw)
+			}
+		}
+	}
+	require.Equal(t, g.Process == nil, v.Process == nil)
+	if g.Process != nil {
+		require.ElementsMatch(t, g.Process.Binaries(), v.Process.Binaries)
+		for _, b := range v.Process.Binaries {
+			require.NoError(t, g.Process.Check(b))
+		}
+		l := g.Process.Limits.WithDefaults()
+		require.Equal(t, processLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU}, v.Process.Limits)
+	}
+	require.Equal(t, g.Storage == nil, v.Storage == nil)
+	if g.Storage != nil {
+		require.Equal(t, g.Storage.ScopeID, v.Storage.ScopeID)
+		require.Equal(t, string(g.Storage.Scope), v.Storage.Scope)
+		require.Equal(t, int64(g.Storage.TTLDefault.Seconds()), v.Storage.TTLSecondsDefault)
+	}
+}
+
+func TestExplainToolsKeepsOrder(t *testing.T) {
+	t.Parallel()
+	p := parsePersonality(t, "id: p\ntoolset: [b]\n")
+	out := explainTools([]*tool.Tool{{Name: "a"}, {Name: "b"}}, p)
+	require.Len(t, out, 2)
+	require.Equal(t, "a", out[0].Tool)
+	require.Equal(t, protocol.DecisionToolset, out[0].Gate)
+	require.Equal(t, "b", out[1].Tool)
+	require.True(t, out[1].Allowed)
+	require.Empty(t, out[1].Gate)
+}
