@@ -10,6 +10,7 @@ import {
   AbortError, BlobCorruptError, BlobNotFoundError, ClientError, NoBlobError, blobChunkSubject,
   type CapstanClient, type Call, type Result,
 } from "../src/index.js";
+import { mcpResult, text as envelopeText } from "../src/envelope/index.js";
 import { connect, noPool } from "./helpers.js";
 
 const wait = () => ({ signal: AbortSignal.timeout(30_000) });
@@ -72,6 +73,11 @@ describe("blobs against a real pool", { skip: noPool }, () => {
     assert.ok(chunks.length >= 2, `chunks of at most 128 KiB: got ${chunks.length}`);
     assert.ok(chunks.every((ch) => ch.length <= 128 << 10));
     assert.ok(Buffer.concat(chunks).equals(Buffer.from(text)), "the chunks in order");
+
+    // What a model is given says where the whole output is.
+    assert.ok(envelopeText(cut).startsWith(cut.value! + "\n"));
+    assert.ok(envelopeText(cut).endsWith(`\n[full output (200000 bytes) stored as blob capstan_blobs/default/${cut.call_id}]`),
+      envelopeText(cut).slice(-200));
   });
 
   test("a result without a blob is NoBlobError", async () => {
@@ -167,6 +173,10 @@ describe("blobs against a real pool", { skip: noPool }, () => {
     assert.deepEqual([r.blob?.part, r.blob?.content_type], ["structured", "application/json"]);
     const payload = JSON.parse(new TextDecoder().decode(await c.blob(r, wait()))) as { rows: Array<{ n: number; label: string }> };
     assert.equal(payload.rows.length, REPORT_ROWS);
+    const shown = mcpResult(r);
+    assert.equal(shown.structuredContent, undefined);
+    assert.equal(shown.content[0]!.text,
+      `report of ${REPORT_ROWS} rows\n[structured content (${r.blob!.size} bytes) left out; stored as blob capstan_blobs/default/${r.call_id}]`);
     assert.deepEqual(payload.rows[REPORT_ROWS - 1], { n: REPORT_ROWS - 1, label: `row ${String(REPORT_ROWS - 1).padStart(5, "0")} of the report` });
   });
 
