@@ -8,6 +8,7 @@ import { createHash } from "node:crypto";
 import {
   AckPolicy,
   DeliverPolicy,
+  type ConsumerInfo,
   type ConsumerMessages,
   type JetStreamClient,
   type JetStreamManager,
@@ -60,7 +61,7 @@ export async function* readBlob(r: BlobReader, result: Pick<Result, "call_id" | 
   const what = `capstan: blob ${ref.bucket}/${ref.name}`;
   if (signal?.aborted) throw new AbortError(`${what}: aborted`, { cause: signal.reason });
   const name = newID();
-  let info;
+  let info: ConsumerInfo;
   try {
     info = await raceAbort(r.jsm.consumers.add(stream, {
       name,
