@@ -42,6 +42,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/protocol"
@@ -108,12 +110,66 @@ func Execute(ctx context.Context, c *client.Client, turn client.Turn, calls []To
 
 // Text is the text a provider's tool-result message carries for r: the value
 // of an ok result, "<code>: <error>" for a failure (as the MCP front door
-// renders failures).
+// renders failures), followed by one line for each part of the tool's
+// output that the result message does not carry, so that the model knows
+// (docs/clients.md, "Rules"):
+//
+//	[full output (<size> bytes) stored as blob <bucket>/<name>]
+//	[full error message (<size> bytes) stored as blob <bucket>/<name>]
+//	[structured content (<size> bytes) left out; stored as blob <bucket>/<name>]
+//	[structured content left out: too large for the result message]
+//
+// The first two for a blob of the value or of the error message (unless the
+// text already names the blob, as the worker's "output was dropped" failure
+// does), the third for a blob of the structured payload, the last for
+// structured_omitted without one.
 func Text(r client.Result) string {
-	if r.OK {
-		return r.Value
+	text := r.Value
+	if !r.OK {
+		text = string(r.Code) + ": " + r.Error
 	}
-	return string(r.Code) + ": " + r.Error
+	lines := omitted(r, text)
+	if len(lines) == 0 {
+		return text
+	}
+	if text != "" {
+		lines = append([]string{text}, lines...)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// omitted returns the lines Text adds after text for what r's message does
+// not carry.
+func omitted(r client.Result, text string) []string {
+	var lines []string
+	structuredBlob := false
+	if b := r.Blob; b != nil {
+		where := "blob " + b.Bucket + "/" + b.Name
+		size := sizeOf(b.Size)
+		switch {
+		case b.Part == protocol.BlobPartStructured:
+			structuredBlob = true
+			lines = append(lines, "[structured content ("+size+") left out; stored as "+where+"]")
+		case strings.Contains(text, where):
+			// The text says so already.
+		case b.Part == protocol.BlobPartError:
+			lines = append(lines, "[full error message ("+size+") stored as "+where+"]")
+		default:
+			lines = append(lines, "[full output ("+size+") stored as "+where+"]")
+		}
+	}
+	if r.StructuredOmitted && !structuredBlob {
+		lines = append(lines, "[structured content left out: too large for the result message]")
+	}
+	return lines
+}
+
+// sizeOf is a blob's size for the model: "<n> bytes" ("1 byte").
+func sizeOf(n int64) string {
+	if n == 1 {
+		return "1 byte"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 // newCall builds the Capstan call of a provider call from the template; a

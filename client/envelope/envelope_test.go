@@ -68,9 +68,40 @@ func TestCallIDIsOneToOne(t *testing.T) {
 
 func TestTextOfResults(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "42", envelope.Text(client.Result{OK: true, Value: "42"}))
-	require.Equal(t, "execution_failed: timed out after 1.5s",
-		envelope.Text(client.Result{Code: protocol.CodeExecutionFailed, Error: "timed out after 1.5s"}))
+	blob := func(part string, size int64) *client.BlobRef {
+		return &client.BlobRef{Bucket: "capstan_blobs", Name: "p/c1", NUID: "p.X", Size: size, SHA256: strings.Repeat("a", 64), Part: part}
+	}
+	for _, c := range []struct {
+		name string
+		r    client.Result
+		want string
+	}{
+		{"ok", client.Result{OK: true, Value: "42"}, "42"},
+		{"failure", client.Result{Code: protocol.CodeExecutionFailed, Error: "timed out after 1.5s"}, "execution_failed: timed out after 1.5s"},
+		{"cut value with its blob", client.Result{OK: true, Value: "ab\n[truncated — 70000 chars total]", Blob: blob(protocol.BlobPartValue, 70000)},
+			"ab\n[truncated — 70000 chars total]\n[full output (70000 bytes) stored as blob capstan_blobs/p/c1]"},
+		{"a part this client does not know is the output", client.Result{OK: true, Value: "x", Blob: blob("other", 1)},
+			"x\n[full output (1 byte) stored as blob capstan_blobs/p/c1]"},
+		{"error with its blob", client.Result{Code: protocol.CodeExecutionFailed, Error: "boom", Blob: blob(protocol.BlobPartError, 90000)},
+			"execution_failed: boom\n[full error message (90000 bytes) stored as blob capstan_blobs/p/c1]"},
+		{"a text naming the blob already", client.Result{Code: protocol.CodeExecutionFailed,
+			Error: "result of 2 MB exceeds the worker's 1 MiB result limit (CAPSTAN_RESULT_MAX_BYTES); the output was dropped (the full output is in blob capstan_blobs/p/c1)",
+			Blob:  blob(protocol.BlobPartValue, 2_000_000)},
+			"execution_failed: result of 2 MB exceeds the worker's 1 MiB result limit (CAPSTAN_RESULT_MAX_BYTES); the output was dropped (the full output is in blob capstan_blobs/p/c1)"},
+		{"structured left out, in its blob", client.Result{OK: true, Value: "report", StructuredOmitted: true, Blob: blob(protocol.BlobPartStructured, 300000)},
+			"report\n[structured content (300000 bytes) left out; stored as blob capstan_blobs/p/c1]"},
+		{"structured left out, no blob", client.Result{OK: true, Value: "report", StructuredOmitted: true},
+			"report\n[structured content left out: too large for the result message]"},
+		{"value blob and structured left out", client.Result{OK: true, Value: "v", StructuredOmitted: true, Blob: blob(protocol.BlobPartValue, 65536)},
+			"v\n[full output (65536 bytes) stored as blob capstan_blobs/p/c1]\n[structured content left out: too large for the result message]"},
+		{"empty value: the lines alone", client.Result{OK: true, StructuredOmitted: true},
+			"[structured content left out: too large for the result message]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, c.want, envelope.Text(c.r))
+		})
+	}
 }
 
 func TestResultsShorterThanCallsAreMissing(t *testing.T) {

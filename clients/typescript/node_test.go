@@ -9,6 +9,7 @@ package typescript_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -59,6 +60,31 @@ func weather() tool.Tool {
 	}
 }
 
+// reportRows is how many rows the report tool returns in its structured
+// payload: about 400 KiB of JSON, over the worker's 256 KiB structured
+// limit, so the result leaves it out (structured_omitted) and the worker
+// stores it as a blob (test/client.test.ts reads it back).
+const reportRows = 8000
+
+// report is a tool whose structured payload is too large for its result.
+func report() tool.Tool {
+	return tool.Tool{
+		Name:        "report",
+		Description: "A report with a large structured payload.",
+		Schema:      json.RawMessage(`{"type":"object","properties":{}}`),
+		Toolset:     "report",
+		Execute: func(context.Context, json.RawMessage, *tool.Context) (tool.Result, error) {
+			rows := make([]any, reportRows)
+			for i := range rows {
+				rows[i] = map[string]any{"n": i, "label": fmt.Sprintf("row %05d of the report", i)}
+			}
+			r := tool.OK(fmt.Sprintf("report of %d rows", reportRows))
+			r.Structured = map[string]any{"rows": rows}
+			return r, nil
+		},
+	}
+}
+
 // pool starts an embedded server and a worker until the test ends and
 // returns the server's URL.
 func pool(t *testing.T, ctx context.Context) string {
@@ -71,7 +97,7 @@ func pool(t *testing.T, ctx context.Context) string {
 		_, err := kv.Put(ctx, id, []byte(doc))
 		require.NoError(t, err)
 	}
-	tools := append(builtin.All(), weather())
+	tools := append(builtin.All(), weather(), report())
 	w, err := worker.New(worker.Config{NATSURL: url, NATSCreds: bustest.Creds(url), WorkerID: "ts-pool",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ShutdownGrace: 2 * time.Second}, tools...)
 	require.NoError(t, err)
@@ -178,8 +204,11 @@ func TestTypeScriptClient(t *testing.T) {
 		"CAPSTAN_TEST_TOOLS_FOR="+string(expected),
 	)
 	out, err := cmd.CombinedOutput()
+	if err != nil {
+		// All of it: the failing tests' details are anywhere in the output.
+		t.Fatalf("node --test failed: %v\n%s", err, out)
+	}
 	t.Logf("node --test:\n%s", tail(string(out), 120))
-	require.NoError(t, err, "node --test failed")
 }
 
 func tail(s string, lines int) string {

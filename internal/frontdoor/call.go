@@ -173,7 +173,8 @@ func (p *personalityServer) await(ctx context.Context, callID string) (client.Re
 // toolResult turns a Capstan result into an MCP tool result, as
 // client/envelope renders MCP results: ok → the value as text content (and
 // a structured payload that is a JSON object as structuredContent); failure
-// → isError with "<code>: <message>" (envelope.Text).
+// → isError with "<code>: <message>"; either text followed by the lines
+// naming a stored blob or structured content left out (envelope.Text).
 func toolResult(r client.Result) *mcp.CallToolResult {
 	meta := mcp.Meta{MetaCallID: r.CallID}
 	out := &mcp.CallToolResult{Meta: meta, IsError: !r.OK, Content: []mcp.Content{&mcp.TextContent{Text: envelope.Text(r)}}}

@@ -90,6 +90,36 @@ func TestCallAnswersFromTheResultsStream(t *testing.T) {
 	require.Equal(t, "input_invalid", res.Meta[frontdoor.MetaCode])
 }
 
+// TestACutResultNamesItsBlob: a value longer than the budget reaches the
+// MCP client cut, with a last line naming the blob that holds it whole
+// (envelope.Text), and the blob holds it whole.
+func TestACutResultNamesItsBlob(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, frontdoor.Config{})
+	cs := e.stdio(frontdoortest.Alpha, nil)
+	long := strings.Repeat("0123456789", 20_000) // the budget is 80,000 characters
+
+	res, err := cs.CallTool(ctxT(t), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": long}})
+	require.NoError(t, err)
+	require.False(t, res.IsError)
+	callID, _ := res.Meta[frontdoor.MetaCallID].(string)
+	got := text(t, res)
+	body, note, ok := strings.Cut(got, "\n[truncated — 200000 chars total]\n")
+	require.True(t, ok, "a cut value: %q", got[max(len(got)-300, 0):])
+	require.True(t, strings.HasPrefix(long, body))
+	require.Equal(t, "[full output (200000 bytes) stored as blob capstan_blobs/alpha/"+callID+"]", note)
+
+	stored, found, err := mustView(t, e.c, frontdoortest.Alpha).Result(ctxT(t), callID)
+	require.NoError(t, err)
+	require.True(t, found)
+	rd, err := mustView(t, e.c, frontdoortest.Alpha).Blob(ctxT(t), stored)
+	require.NoError(t, err)
+	whole, err := io.ReadAll(rd)
+	require.NoError(t, err)
+	require.NoError(t, rd.Close())
+	require.True(t, string(whole) == long, "the blob holds the whole value")
+}
+
 // TestCallCarriesSessionRequestIDAndTraceContext checks the fields of the
 // published call and its traceparent header.
 func TestCallCarriesSessionRequestIDAndTraceContext(t *testing.T) {

@@ -22,12 +22,14 @@ import {
   type JetStreamManager,
 } from "@nats-io/jetstream";
 import { Kvm, type KvWatchEntry } from "@nats-io/kv";
+import { readBlob } from "./blob.js";
 import {
   AbortError,
   ClientError,
-  PermissionDeniedError,
+  raceAbort,
   toolError,
   unwrap,
+  wrapBusError,
   type ToolError,
 } from "./errors.js";
 import { mayCall, parsePersonality } from "./personality.js";
@@ -449,6 +451,42 @@ export class CapstanClient {
     return unwrap(await this.result(call.call_id!, { batchID: call.batch_id, ...opts }));
   }
 
+  // --- blobs ---------------------------------------------------------------
+
+  /**
+   * The full output that result refers to (`result.blob`), stored by the
+   * worker because the result message carries only a cut of it, as bytes:
+   * resolves only once their size and SHA-256 digest match the reference
+   * (UTF-8 text for a value or an error message, JSON for a structured
+   * payload: see `blob.content_type` and `blob.part`). Rejects with
+   * NoBlobError when the result has no reference, BlobNotFoundError when
+   * the blob is no longer stored, BlobCorruptError when the bytes do not
+   * match, AbortError when the signal aborts first. The blob is read from
+   * its chunk subject, which a tenant's NATS user may read for its own
+   * personality only (deploy/nats/auth.conf), as the Go client's Blob reads
+   * it.
+   */
+  async blob(result: Pick<Result, "call_id" | "blob">, opts: WaitOptions = {}): Promise<Uint8Array> {
+    const parts: Uint8Array[] = [];
+    for await (const chunk of this.blobChunks(result, opts)) parts.push(chunk);
+    return Buffer.concat(parts);
+  }
+
+  /**
+   * The same bytes as `blob`, as an async iterator of chunks (at most
+   * 128 KiB each) for outputs one would rather not hold whole. The chunks
+   * are passed on as they arrive; the step that would end the iteration
+   * first checks the size and the digest and throws BlobCorruptError
+   * instead when either differs, so a loop that runs to its end never
+   * accepts corrupt data without an error. Breaking out of the loop stops
+   * the read.
+   */
+  async *blobChunks(result: Pick<Result, "call_id" | "blob">, opts: WaitOptions = {}):
+    AsyncGenerator<Uint8Array, void, undefined> {
+    this.#open();
+    yield* readBlob(this.#core, result, opts.signal);
+  }
+
   /**
    * Asks the workers to cancel call callID of this client's personality: a
    * running call has its context cancelled, a call not yet started will not
@@ -712,28 +750,4 @@ async function credsFile(path: string): Promise<Authenticator> {
   if (seed) return nkeyAuthenticator(new TextEncoder().encode(seed));
   throw new ClientError(`capstan: credentials file ${path} is neither a NATS credentials file (a user JWT and its NKey seed) ` +
     "nor an NKey user seed file (a line starting with SU, as in embedded.creds)");
-}
-
-function wrapBusError(context: string, e: unknown): ClientError {
-  if (e instanceof ClientError) return e;
-  const msg = (e as Error)?.message ?? String(e);
-  if (/permission/i.test(msg)) return new PermissionDeniedError(`${context}: ${msg}`, { cause: e });
-  return new ClientError(`${context}: ${msg}`, { cause: e });
-}
-
-/** Resolves or rejects with p, or rejects with AbortError when signal aborts first. */
-function raceAbort<T>(p: Promise<T>, signal: AbortSignal | undefined, what: string): Promise<T> {
-  if (!signal) return p;
-  if (signal.aborted) {
-    p.catch(() => {});
-    return Promise.reject(new AbortError(`${what}: aborted`, { cause: signal.reason }));
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(new AbortError(`${what}: aborted`, { cause: signal.reason }));
-    signal.addEventListener("abort", onAbort, { once: true });
-    p.then(
-      (v) => { signal.removeEventListener("abort", onAbort); resolve(v); },
-      (e) => { signal.removeEventListener("abort", onAbort); reject(e); },
-    );
-  });
 }

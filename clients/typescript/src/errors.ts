@@ -1,7 +1,7 @@
 // Typed errors: one class per failure kind of the protocol, each carrying the
 // protocol's code and message, plus the client's own failures.
 
-import type { Code, Result } from "./protocol.js";
+import type { BlobRef, Code, Result } from "./protocol.js";
 
 /**
  * CapstanError is the base of every error this package throws. Protocol
@@ -88,4 +88,77 @@ export class PermissionDeniedError extends ClientError { override name = "Permis
 /** A wait was aborted by its AbortSignal; `cause` is the signal's reason. */
 export class AbortError extends ClientError {
   override name = "AbortError";
+}
+
+/**
+ * The result refers to no blob: its output was not cut, was too small or
+ * too large to store, or blobs are off (the Go client's ErrNoBlob).
+ */
+export class NoBlobError extends ClientError {
+  override name = "NoBlobError";
+  /** The call whose result has no blob. */
+  readonly callID: string;
+  constructor(callID: string) {
+    super(`capstan: blob of ${callID}: the result refers to no blob`);
+    this.callID = callID;
+  }
+}
+
+/**
+ * The blob is no longer stored (it expired with the bucket's TTL, 25 h) or
+ * was never completely stored (the Go client's ErrBlobNotFound).
+ */
+export class BlobNotFoundError extends ClientError {
+  override name = "BlobNotFoundError";
+  /** The reference whose chunks are not stored. */
+  readonly ref: BlobRef;
+  constructor(ref: BlobRef) {
+    super(`capstan: blob ${ref.bucket}/${ref.name}: blob not found (expired, or never completely stored)`);
+    this.ref = ref;
+  }
+}
+
+/**
+ * The stored bytes do not match the reference's size or SHA-256 (the Go
+ * client's ErrBlobCorrupt). `reason` says which, e.g. "SHA-256 <hex>, the
+ * reference says <hex>".
+ */
+export class BlobCorruptError extends ClientError {
+  override name = "BlobCorruptError";
+  /** The reference the stored bytes do not match. */
+  readonly ref: BlobRef;
+  /** What differs. */
+  readonly reason: string;
+  constructor(ref: BlobRef, reason: string) {
+    super(`capstan: blob ${ref.bucket}/${ref.name}: blob does not match its reference: ${reason}`);
+    this.ref = ref;
+    this.reason = reason;
+  }
+}
+
+// --- helpers of the client modules (not exported by the package) ---------
+
+/** A bus error as a ClientError (PermissionDeniedError when the server refused for lack of permission). */
+export function wrapBusError(context: string, e: unknown): ClientError {
+  if (e instanceof ClientError) return e;
+  const msg = (e as Error)?.message ?? String(e);
+  if (/permission/i.test(msg)) return new PermissionDeniedError(`${context}: ${msg}`, { cause: e });
+  return new ClientError(`${context}: ${msg}`, { cause: e });
+}
+
+/** Resolves or rejects with p, or rejects with AbortError when signal aborts first. */
+export function raceAbort<T>(p: Promise<T>, signal: AbortSignal | undefined, what: string): Promise<T> {
+  if (!signal) return p;
+  if (signal.aborted) {
+    p.catch(() => {});
+    return Promise.reject(new AbortError(`${what}: aborted`, { cause: signal.reason }));
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new AbortError(`${what}: aborted`, { cause: signal.reason }));
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(
+      (v) => { signal.removeEventListener("abort", onAbort); resolve(v); },
+      (e) => { signal.removeEventListener("abort", onAbort); reject(e); },
+    );
+  });
 }

@@ -6,11 +6,14 @@ export { CapstanClient, UnknownPersonalityError, DEFAULT_WAIT_MS, WAIT_SLACK_MS 
 export type { ClientOptions, Turn, WaitOptions, ProgressOptions } from "./client.js";
 export {
   AbortError,
+  BlobCorruptError,
+  BlobNotFoundError,
   CancelledError,
   CapstanError,
   ClientError,
   ExecutionFailedError,
   InputInvalidError,
+  NoBlobError,
   NotAvailableError,
   PermissionDeniedError,
   ResultMissingError,
@@ -21,6 +24,11 @@ export {
 } from "./errors.js";
 export {
   AUDIENCES,
+  BLOB_PART_ERROR,
+  BLOB_PART_STRUCTURED,
+  BLOB_PART_VALUE,
+  BLOB_TYPE_JSON,
+  BLOB_TYPE_TEXT,
   CODES,
   DEFAULT_PERSONALITY,
   DEFAULT_POOL,
@@ -30,12 +38,13 @@ export {
   Names,
   PROTOCOL_VERSION,
   RESULT_MISSING,
+  blobChunkSubject,
   checkCall,
   encodeCall,
   failure,
   newID,
   validToken,
 } from "./protocol.js";
-export type { Audience, Call, CatalogEntry, Code, Progress, Result } from "./protocol.js";
+export type { Audience, BlobPart, BlobRef, Call, CatalogEntry, Code, Progress, Result } from "./protocol.js";
 export { mayCall, parsePersonality, permissionMatch } from "./personality.js";
 export type { PersonalityGates } from "./personality.js";

@@ -75,10 +75,67 @@ export interface Result {
   duration_ms: number;
   worker_id?: string;
   deliveries?: number;
-  // TODO(issue 13): large results by reference. When the blob reference of
-  // issue 13 lands on main (a field naming an object in <prefix>_blobs with
-  // size, SHA-256 and content type), add it here and a reader that verifies
-  // the digest, as the Go client's Result.Blob does.
+  /**
+   * True when the tool returned a structured payload that the result
+   * message could not carry (protocol.md, "Result size"); `blob` holds it
+   * when its `part` is "structured".
+   */
+  structured_omitted?: boolean;
+  /**
+   * The call's full output, stored in the blobs bucket because the message
+   * carries only a cut of it (protocol.md, "Large outputs by reference");
+   * read it with CapstanClient.blob. Absent when nothing was stored.
+   */
+  blob?: BlobRef;
+}
+
+/** What a blob holds in full (BlobRef.part). */
+export type BlobPart = "value" | "error" | "structured";
+export const BLOB_PART_VALUE = "value";
+export const BLOB_PART_ERROR = "error";
+export const BLOB_PART_STRUCTURED = "structured";
+/** Content types of blobs. */
+export const BLOB_TYPE_TEXT = "text/plain; charset=utf-8";
+export const BLOB_TYPE_JSON = "application/json";
+
+/**
+ * A reference to a call's full output stored in the blobs bucket, a
+ * JetStream Object Store bucket (protocol.md, "Large outputs by
+ * reference"). Its chunks are the messages on `$O.<bucket>.C.<nuid>`
+ * (blobChunkSubject), which a tenant's NATS user may read for its own
+ * personality; its bytes must have `size` and `sha256`.
+ */
+export interface BlobRef {
+  /** The Object Store bucket: <prefix>_blobs (stream OBJ_<prefix>_blobs). */
+  bucket: string;
+  /** The object's name: <personality>/<call_id>. */
+  name: string;
+  /** The object's chunk id, "<personality>.<token>". */
+  nuid: string;
+  /** The object's size in bytes. */
+  size: number;
+  /** The hex SHA-256 digest of the object's bytes. */
+  sha256: string;
+  /** "text/plain; charset=utf-8" for a value or an error message, "application/json" for a structured payload. */
+  content_type: string;
+  /** What the object holds in full: "value", "error" or "structured". */
+  part: BlobPart | string;
+}
+
+/**
+ * The subject of a blob's chunks, `$O.<bucket>.C.<nuid>`. Throws a
+ * TypeError naming the field when the bucket is not a token or the nuid is
+ * not `<personality>.<token>` (the Go client's BlobRef.ChunkSubject).
+ */
+export function blobChunkSubject(ref: Pick<BlobRef, "bucket" | "nuid">): string {
+  const bad = checkToken("blob bucket", ref.bucket);
+  if (bad) throw new TypeError(bad);
+  const nuid = String(ref.nuid ?? "");
+  const dot = nuid.indexOf(".");
+  if (dot < 0 || !validToken(nuid.slice(0, dot)) || !validToken(nuid.slice(dot + 1))) {
+    throw new TypeError(`blob nuid ${JSON.stringify(nuid)} must be <personality>.<token>`);
+  }
+  return `$O.${ref.bucket}.C.${nuid}`;
 }
 
 /** A progress event (protocol.md, "Progress event"). */
@@ -148,6 +205,8 @@ export class Names {
   get callsStream(): string { return this.prefix.toUpperCase() + "_CALLS"; }
   get toolsBucket(): string { return this.prefix + "_tools"; }
   get personalitiesBucket(): string { return this.prefix + "_personalities"; }
+  /** The Object Store bucket of large outputs; its stream is "OBJ_" + this. */
+  get blobsBucket(): string { return this.prefix + "_blobs"; }
 
   /** <p>.call.<pool>.<personality>.<tool> */
   callSubject(pool: string, personality: string, tool: string): string {

@@ -5,10 +5,10 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   anthropicTools, callID, fromAnthropic, fromMCP, fromOpenAIChat, fromOpenAIResponses, mcpTools,
-  openAIChatTools, openAIResponsesTools, parseArguments, providerID, toAnthropic, toMCP, toOpenAIChat,
+  mcpResult, openAIChatTools, openAIResponsesTools, parseArguments, providerID, text, toAnthropic, toMCP, toOpenAIChat,
   toOpenAIResponses, EnvelopeError, type CallTemplate, type ToolCall,
 } from "../src/envelope/index.js";
-import type { CatalogEntry, Result } from "../src/index.js";
+import type { BlobRef, CatalogEntry, Result } from "../src/index.js";
 import { readJSON } from "./helpers.js";
 
 const testdata = ["..", "..", "client", "envelope", "testdata"];
@@ -115,4 +115,23 @@ test("parseArguments: a JSON string holding an object", () => {
     ["null", "must be a JSON object"], ["\"x\"", "must be a JSON object"]] as const) {
     assert.throws(() => parseArguments(s), { message: msg }, s);
   }
+});
+
+test("text names what the message does not carry, as Go's Text", () => {
+  const blob = (part: string, size: number): BlobRef =>
+    ({ bucket: "capstan_blobs", name: "p/c1", nuid: "p.X", size, sha256: "a".repeat(64), content_type: "text/plain; charset=utf-8", part });
+  const ok = (extra: Partial<Result>): Result => ({ call_id: "c1", batch_id: "c1", tool: "t", ok: true, value: "x", duration_ms: 0, ...extra });
+  const cases: Array<[string, Result, string]> = [
+    ["ok", ok({}), "x"],
+    ["a part this client does not know is the output", ok({ blob: blob("other", 1) }), "x\n[full output (1 byte) stored as blob capstan_blobs/p/c1]"],
+    ["error with its blob", ok({ ok: false, code: "execution_failed", error: "boom", blob: blob("error", 90000) }),
+      "execution_failed: boom\n[full error message (90000 bytes) stored as blob capstan_blobs/p/c1]"],
+    ["structured left out, in its blob", ok({ structured_omitted: true, blob: blob("structured", 300000) }),
+      "x\n[structured content (300000 bytes) left out; stored as blob capstan_blobs/p/c1]"],
+    ["value blob and structured left out", ok({ structured_omitted: true, blob: blob("value", 65536) }),
+      "x\n[full output (65536 bytes) stored as blob capstan_blobs/p/c1]\n[structured content left out: too large for the result message]"],
+    ["empty value: the lines alone", ok({ value: "", structured_omitted: true }), "[structured content left out: too large for the result message]"],
+  ];
+  for (const [name, r, want] of cases) assert.equal(text(r), want, name);
+  assert.equal(mcpResult(ok({ structured_omitted: true })).structuredContent, undefined);
 });

@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   CancelledError, ExecutionFailedError, InputInvalidError, Names, NotAvailableError, ResultMissingError,
-  StaleWriteError, ToolError, encodeCall, mayCall, parsePersonality, permissionMatch, toolError, unwrap,
+  StaleWriteError, ToolError, blobChunkSubject, encodeCall, mayCall, parsePersonality, permissionMatch, toolError, unwrap,
   type CatalogEntry, type Result,
 } from "../src/index.js";
 
@@ -55,6 +55,20 @@ test("names of protocol version 2", () => {
   assert.equal(n.resultsStream, "CAPSTAN_RESULTS");
   assert.throws(() => n.callSubject("default", "a.b", "echo"), /personality "a.b" must match/);
   assert.throws(() => new Names("a>"), /subject prefix/);
+  assert.equal(new Names("acme").blobsBucket, "acme_blobs");
+});
+
+test("a blob's chunk subject, as Go's BlobRef.ChunkSubject", () => {
+  assert.equal(blobChunkSubject({ bucket: "capstan_blobs", nuid: "researcher.JQX5GNV4" }), "$O.capstan_blobs.C.researcher.JQX5GNV4");
+  for (const [ref, msg] of [
+    [{ bucket: "capstan_blobs", nuid: "JQX5GNV4" }, 'blob nuid "JQX5GNV4" must be <personality>.<token>'],
+    [{ bucket: "capstan_blobs", nuid: "a.b.c" }, 'blob nuid "a.b.c" must be <personality>.<token>'],
+    [{ bucket: "capstan_blobs", nuid: ".x" }, 'blob nuid ".x" must be <personality>.<token>'],
+    [{ bucket: "capstan_blobs", nuid: "a.>" }, 'blob nuid "a.>" must be <personality>.<token>'],
+    [{ bucket: "", nuid: "a.b" }, "blob bucket must not be empty"],
+  ] as const) {
+    assert.throws(() => blobChunkSubject(ref), { name: "TypeError", message: msg });
+  }
 });
 
 const entry = (e: Partial<CatalogEntry>): CatalogEntry => ({

@@ -12,6 +12,8 @@
 import { createHash } from "node:crypto";
 import type { CapstanClient, Turn } from "../client.js";
 import {
+  BLOB_PART_ERROR,
+  BLOB_PART_STRUCTURED,
   DEFAULT_TURN_BUDGET_CHARS,
   RESULT_MISSING,
   failure as failedResult,
@@ -174,9 +176,49 @@ function items(data: unknown, key: string, shape: string): unknown[] {
   return v;
 }
 
-/** The text of a provider's tool-result message: the value, or "<code>: <error>" for a failure. */
+/**
+ * The text of a provider's tool-result message: the value, or
+ * "<code>: <error>" for a failure, followed by one line for each part of
+ * the tool's output that the result message does not carry, so that the
+ * model knows (docs/clients.md, "Rules"; the same lines as the Go Text):
+ *
+ *     [full output (<size> bytes) stored as blob <bucket>/<name>]
+ *     [full error message (<size> bytes) stored as blob <bucket>/<name>]
+ *     [structured content (<size> bytes) left out; stored as blob <bucket>/<name>]
+ *     [structured content left out: too large for the result message]
+ *
+ * The first two for a blob of the value or of the error message (unless
+ * the text already names the blob, as the worker's "output was dropped"
+ * failure does), the third for a blob of the structured payload, the last
+ * for structured_omitted without one.
+ */
 export function text(r: Result): string {
-  return r.ok ? (r.value ?? "") : `${r.code}: ${r.error}`;
+  const t = r.ok ? (r.value ?? "") : `${r.code}: ${r.error}`;
+  const lines = omitted(r, t);
+  if (lines.length === 0) return t;
+  return (t === "" ? lines : [t, ...lines]).join("\n");
+}
+
+function omitted(r: Result, t: string): string[] {
+  const lines: string[] = [];
+  let structuredBlob = false;
+  const b = r.blob;
+  if (b) {
+    const where = `blob ${b.bucket}/${b.name}`;
+    const size = b.size === 1 ? "1 byte" : `${b.size} bytes`;
+    if (b.part === BLOB_PART_STRUCTURED) {
+      structuredBlob = true;
+      lines.push(`[structured content (${size}) left out; stored as ${where}]`);
+    } else if (t.includes(where)) {
+      // The text says so already.
+    } else if (b.part === BLOB_PART_ERROR) {
+      lines.push(`[full error message (${size}) stored as ${where}]`);
+    } else {
+      lines.push(`[full output (${size}) stored as ${where}]`);
+    }
+  }
+  if (r.structured_omitted && !structuredBlob) lines.push("[structured content left out: too large for the result message]");
+  return lines;
 }
 
 function resultAt(results: readonly Result[], i: number, tc: ToolCall): Result {
