@@ -224,7 +224,7 @@ var (
 // all-white-space string is {} (a function without parameters). Anything
 // else is ErrArgumentsNotJSON or ErrArgumentsNotObject.
 func ParseArguments(s string) (json.RawMessage, error) {
-	b := bytes.TrimSpace([]byte(s))
+	b := trimJSONSpace([]byte(s))
 	if len(b) == 0 {
 		return json.RawMessage("{}"), nil
 	}
@@ -245,7 +245,7 @@ func ParseArguments(s string) (json.RawMessage, error) {
 // object (OpenAI's documented shape), or an object (what some compatible
 // servers send). The problem names field.
 func arguments(field string, raw json.RawMessage) (json.RawMessage, string) {
-	raw = bytes.TrimSpace(raw)
+	raw = trimJSONSpace(raw)
 	if isAbsent(raw) {
 		return json.RawMessage("{}"), ""
 	}
@@ -268,7 +268,7 @@ func arguments(field string, raw json.RawMessage) (json.RawMessage, string) {
 
 // object reads a field that must be a JSON object (absent means {}).
 func object(field string, raw json.RawMessage) (json.RawMessage, string) {
-	raw = bytes.TrimSpace(raw)
+	raw = trimJSONSpace(raw)
 	if isAbsent(raw) {
 		return json.RawMessage("{}"), ""
 	}
@@ -283,7 +283,7 @@ func object(field string, raw json.RawMessage) (json.RawMessage, string) {
 }
 
 func isAbsent(raw json.RawMessage) bool {
-	raw = bytes.TrimSpace(raw)
+	raw = trimJSONSpace(raw)
 	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
 }
 
@@ -300,7 +300,7 @@ func stringField(raw json.RawMessage) (string, bool) {
 // items decodes data as a JSON array of objects, or an object whose key
 // holds one; shape names what was expected, for the error.
 func items(data []byte, key, shape string) ([]map[string]json.RawMessage, error) {
-	data = bytes.TrimSpace(data)
+	data = trimJSONSpace(data)
 	if len(data) > 0 && data[0] == '{' {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(data, &obj); err != nil {
@@ -331,4 +331,11 @@ func truncate(s string) string {
 		return s
 	}
 	return string(r[:64]) + "..."
+}
+
+// trimJSONSpace trims the four whitespace characters JSON allows around a
+// value (RFC 8259 section 2), and no others: a form feed or a non-breaking
+// space around the arguments is an error, as encoding/json says.
+func trimJSONSpace(b []byte) []byte {
+	return bytes.Trim(b, " \t\n\r")
 }

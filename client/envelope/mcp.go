@@ -1,7 +1,6 @@
 package envelope
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -45,7 +44,7 @@ type MCPResponse struct {
 // arguments make a Failure.
 func FromMCP(data []byte, tmpl client.Call) (MCPCall, error) {
 	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(bytes.TrimSpace(data), &obj); err != nil || obj == nil {
+	if err := json.Unmarshal(trimJSONSpace(data), &obj); err != nil || obj == nil {
 		return MCPCall{}, fmt.Errorf("envelope: MCP tools/call: want a JSON-RPC request or its params object")
 	}
 	at := ""
@@ -89,7 +88,7 @@ func FromMCP(data []byte, tmpl client.Call) (MCPCall, error) {
 // structured payload, structuredContent.
 func MCPResult(r client.Result) MCPCallToolResult {
 	out := MCPCallToolResult{Content: []MCPContent{{Type: "text", Text: Text(r)}}, IsError: !r.OK}
-	if r.OK && len(r.Structured) > 0 && bytes.TrimSpace(r.Structured)[0] == '{' {
+	if r.OK && len(r.Structured) > 0 && trimJSONSpace(r.Structured)[0] == '{' {
 		out.StructuredContent = r.Structured
 	}
 	return out

@@ -7,6 +7,7 @@
 package typescript_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,8 +16,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,20 +163,10 @@ func TestSharedCasesThroughTheGoClient(t *testing.T) {
 // node_modules (npm ci); without them it skips, saying so.
 func TestTypeScriptClient(t *testing.T) {
 	t.Parallel()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed: the TypeScript client's tests need Node.js 20 or later")
-	}
-	if _, err := os.Stat(filepath.Join("node_modules", "typescript")); err != nil {
-		t.Skip("clients/typescript/node_modules is missing: run `npm ci` in clients/typescript (.ci/run does)")
-	}
+	node := nodeAndModules(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-
-	build := exec.CommandContext(ctx, node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.test.json")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("tsc -p tsconfig.test.json: %v\n%s", err, out)
-	}
+	compileTests(t, ctx, node)
 
 	url := pool(t, ctx)
 	c, err := client.New(ctx, client.Config{NATSURL: url, NATSCreds: bustest.Creds(url), Name: t.Name()})
@@ -197,6 +191,7 @@ func TestTypeScriptClient(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("build", "test", "*.test.js"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files, "compiled tests in build/test")
+	files = slices.DeleteFunc(files, func(f string) bool { return filepath.Base(f) == tenantTests })
 	cmd := exec.CommandContext(ctx, node, append([]string{"--test", "--test-concurrency=1"}, files...)...)
 	cmd.Env = append(os.Environ(),
 		"CAPSTAN_TEST_NATS_URL="+url,
@@ -209,6 +204,169 @@ func TestTypeScriptClient(t *testing.T) {
 		t.Fatalf("node --test failed: %v\n%s", err, out)
 	}
 	t.Logf("node --test:\n%s", tail(string(out), 120))
+}
+
+// tenantTests is the compiled test file TestTypeScriptClientAsTenant runs
+// (and the other harness leaves out).
+const tenantTests = "tenant.test.js"
+
+// tenantPasswords are the passwords of deploy/nats/auth.conf's users here,
+// given to the server through the variables the file reads.
+var tenantPasswords = map[string]string{
+	"CAPSTAN_NATS_WORKER_PASSWORD":            "worker-test-password",
+	"CAPSTAN_NATS_OPERATOR_PASSWORD":          "operator-test-password",
+	"CAPSTAN_NATS_BACKEND_PASSWORD":           "backend-test-password",
+	"CAPSTAN_NATS_TENANT_RESEARCHER_PASSWORD": "researcher-test-password",
+	"CAPSTAN_NATS_TENANT_SUPPORT_PASSWORD":    "support-test-password",
+}
+
+// TestMain sets the password variables before any configuration is parsed
+// (nats-server resolves $VAR references when it parses the file).
+func TestMain(m *testing.M) {
+	for k, v := range tenantPasswords {
+		if err := os.Setenv(k, v); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+var (
+	compileOnce sync.Once
+	compileErr  error
+)
+
+// compileTests compiles the TypeScript tests into build/test once for every
+// test of this package that runs them.
+func compileTests(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	compileOnce.Do(func() {
+		build := exec.CommandContext(ctx, node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", "tsconfig.test.json")
+		if out, err := build.CombinedOutput(); err != nil {
+			compileErr = fmt.Errorf("tsc -p tsconfig.test.json: %v\n%s", err, out)
+		}
+	})
+	if compileErr != nil {
+		t.Fatal(compileErr)
+	}
+}
+
+// nodeAndModules returns the node binary, or skips the test saying what is
+// missing.
+func nodeAndModules(t *testing.T) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed: the TypeScript client's tests need Node.js 20 or later")
+	}
+	if _, err := os.Stat(filepath.Join("node_modules", "typescript")); err != nil {
+		t.Skip("clients/typescript/node_modules is missing: run `npm ci` in clients/typescript (.ci/run does)")
+	}
+	return node
+}
+
+// TestTypeScriptClientAsTenant runs test/tenant.test.ts: the TypeScript
+// client connected as the NATS user tenant-researcher to a server started
+// from deploy/nats (users and permissions as deployed), served by the real
+// worker binary (built here) connected as the worker user. It proves that
+// everything the client does is allowed to a tenant, and that the server
+// refuses the tenant every read and write of the other tenant's personality.
+func TestTypeScriptClientAsTenant(t *testing.T) {
+	t.Parallel()
+	node := nodeAndModules(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	compileTests(t, ctx, node)
+
+	url := bustest.ConfigServer(t, filepath.Join("..", "..", "deploy", "nats", "nats-1.conf"))
+	as := func(user string) string {
+		pw := tenantPasswords["CAPSTAN_NATS_"+strings.ToUpper(strings.ReplaceAll(user, "-", "_"))+"_PASSWORD"]
+		return bustest.UserURL(url, user, pw)
+	}
+	// The operator creates the topology and stores both tenants' personalities.
+	op, err := client.New(ctx, client.Config{NATSURL: as("operator"), Name: "operator " + t.Name()})
+	require.NoError(t, err)
+	defer op.Close()
+	for _, doc := range []string{"id: researcher\n", "id: support\n"} {
+		_, problems, err := op.PutPersonality(ctx, []byte(doc))
+		require.NoError(t, err)
+		require.Empty(t, problems)
+	}
+
+	bin := filepath.Join(t.TempDir(), "worker")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/capstanhq/capstan/cmd/worker").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/worker: %v\n%s", err, out)
+	}
+	var logs safeBuffer
+	w := exec.Command(bin)
+	w.Env = append(os.Environ(), "CAPSTAN_NATS_URL="+as("worker"), "CAPSTAN_WORKER_ID=ts-tenant-pool",
+		"CAPSTAN_HTTP_ADDR=127.0.0.1:0", "CAPSTAN_SHUTDOWN_GRACE=2s", "CAPSTAN_SECRETS_BACKEND=none", "CAPSTAN_LOG_FORMAT=json")
+	w.Stdout, w.Stderr = &logs, &logs
+	require.NoError(t, w.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- w.Wait() }()
+	defer func() {
+		_ = w.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = w.Process.Kill()
+			<-exited
+		}
+	}()
+
+	// Ready once it answers the tenant.
+	tenant, err := client.New(ctx, client.Config{NATSURL: as("tenant-researcher"), Name: "tenant " + t.Name(),
+		Personality: "researcher", InboxPrefix: "_INBOX_researcher"})
+	require.NoError(t, err)
+	defer tenant.Close()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		r := tenant.ExecuteParallel(ctx, client.Turn{Wait: 5 * time.Second},
+			[]client.Call{{Tool: "echo", SessionID: "s", Args: json.RawMessage(`{"text":"ready?"}`)}})[0]
+		if r.OK {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("the worker exited: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker did not answer in 90s: %s %s\n%s", r.Code, r.Error, logs.String())
+		}
+	}
+
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-concurrency=1", filepath.Join("build", "test", tenantTests))
+	cmd.Env = append(os.Environ(),
+		"CAPSTAN_TEST_TENANT_URL="+url,
+		"CAPSTAN_TEST_TENANT_USER=tenant-researcher",
+		"CAPSTAN_TEST_TENANT_PASS="+tenantPasswords["CAPSTAN_NATS_TENANT_RESEARCHER_PASSWORD"],
+	)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test %s failed: %v\n%s\nworker log:\n%s", tenantTests, err, out, tail(logs.String(), 60))
+	}
+	t.Logf("node --test:\n%s", tail(string(out), 40))
+}
+
+// safeBuffer is a bytes.Buffer for a child's output read while it runs.
+type safeBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *safeBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *safeBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func tail(s string, lines int) string {

@@ -13,10 +13,10 @@ import {
   type NatsConnection,
 } from "@nats-io/transport-node";
 import {
+  AckPolicy,
   DeliverPolicy,
   jetstream,
   jetstreamManager,
-  type Consumer,
   type ConsumerMessages,
   type JetStreamClient,
   type JetStreamManager,
@@ -64,6 +64,12 @@ export interface ClientOptions {
    * writes into its data dir (it refuses connections without it).
    */
   creds?: string;
+  /**
+   * A user name and password, as deploy/nats/auth.conf gives each tenant
+   * (e.g. user "tenant-researcher"). Both or neither; not with creds.
+   */
+  user?: string;
+  pass?: string;
   /** The subject prefix; default "capstan". */
   prefix?: string;
   /** Connection name shown by the server; default "capstan-client-ts". */
@@ -130,6 +136,8 @@ export const WAIT_SLACK_MS = 10_000;
 /** Default wait for a call without timeout_ms: the workers' 60 s default plus 10 s. */
 export const DEFAULT_WAIT_MS = 70_000;
 const PUBLISH_PARALLELISM = 64;
+/** A reading consumer goes away on its own this long (ns) after its last use. */
+const TAIL_INACTIVE_NS = 60_000 * 1_000_000;
 
 /** Shared by the views of one client (withPersonality). */
 class Core {
@@ -181,6 +189,12 @@ export class CapstanClient {
       const bad = checkToken("options.inboxPrefix", opts.inboxPrefix);
       if (bad) problems.push(bad);
     }
+    if ((opts.user === undefined) !== (opts.pass === undefined)) {
+      problems.push("options.user and options.pass go together: set both or neither");
+    }
+    if (opts.user !== undefined && opts.creds) {
+      problems.push("options.user and options.creds are two ways to authenticate: set one");
+    }
     if (opts.defaultWaitMs !== undefined && !(opts.defaultWaitMs >= 0)) {
       problems.push(`options.defaultWaitMs must not be negative, got ${opts.defaultWaitMs}`);
     }
@@ -194,6 +208,7 @@ export class CapstanClient {
         servers,
         name: opts.name ?? "capstan-client-ts",
         ...(authenticator ? { authenticator } : {}),
+        ...(opts.user !== undefined ? { user: opts.user, pass: opts.pass } : {}),
         ...(opts.inboxPrefix ? { inboxPrefix: opts.inboxPrefix } : {}),
         maxReconnectAttempts: -1,
         reconnectTimeWait: 500,
@@ -684,22 +699,39 @@ export class CapstanClient {
   }
 
   /**
-   * Reads stream through an ordered consumer with ONE filter (so that the
-   * consumer-create request's subject carries it and a tenant's NATS
-   * permissions can bind it) from the given start. stop() ends the
-   * iteration and deletes the consumer.
+   * Reads stream through an ephemeral consumer with ONE filter from the
+   * given start. Everything it does is something a tenant's NATS user may
+   * do (deploy/nats/auth.conf): the create request's subject carries the
+   * filter ($JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>) so the
+   * server's permissions can bind it, and neither the create nor the reads
+   * ask for stream or consumer information (an ordered consumer would read
+   * the stream's, which lists every tenant's subjects). The consumer lives
+   * in memory, acknowledges nothing, and is deleted by stop() or by the
+   * server a minute after its last use. stop() ends the iteration.
    */
   async #tail(stream: string, filter: string, deliver: DeliverPolicy, signal?: AbortSignal):
     Promise<{ messages: ConsumerMessages; stop(): void }> {
-    let consumer: Consumer;
+    const jsm = this.#core.jsm;
+    const name = newID();
+    const what = `capstan: read ${stream} ${filter}`;
+    let created = false;
     let messages: ConsumerMessages;
     try {
-      consumer = await raceAbort(this.#core.js.consumers.get(stream, { filter_subjects: filter, deliver_policy: deliver }),
-        signal, `capstan: read ${stream} ${filter}`);
-      messages = await consumer.consume();
+      const info = await raceAbort(jsm.consumers.add(stream, {
+        name,
+        filter_subject: filter,
+        deliver_policy: deliver,
+        ack_policy: AckPolicy.None,
+        mem_storage: true,
+        num_replicas: 1,
+        inactive_threshold: TAIL_INACTIVE_NS,
+      }), signal, what);
+      created = true;
+      messages = await this.#core.js.consumers.getConsumerFromInfo(info).consume({ bind: true });
     } catch (e) {
+      if (created) jsm.consumers.delete(stream, name).catch(() => {});
       if (e instanceof AbortError) throw e;
-      throw wrapBusError(`capstan: read ${stream} ${filter}`, e);
+      throw wrapBusError(what, e);
     }
     let stopped = false;
     return {
@@ -708,7 +740,7 @@ export class CapstanClient {
         if (stopped) return;
         stopped = true;
         messages.stop();
-        consumer.delete().catch(() => {});
+        jsm.consumers.delete(stream, name).catch(() => {});
       },
     };
   }

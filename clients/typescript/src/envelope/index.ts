@@ -127,7 +127,8 @@ export const ARGUMENTS_NOT_OBJECT = "must be a JSON object";
  * ARGUMENTS_NOT_JSON or ARGUMENTS_NOT_OBJECT.
  */
 export function parseArguments(s: string): Obj {
-  if (s.trim() === "") return {};
+  // Only the whitespace JSON allows (RFC 8259): "\f" alone is not empty.
+  if (/^[ \t\n\r]*$/.test(s)) return {};
   let v: unknown;
   try {
     v = JSON.parse(s);
