@@ -87,7 +87,8 @@ var ErrNoDeadLetter = errors.New("no dead letter for this call")
 // Redrive re-publishes the latest dead letter of call callID to the subject
 // it was first published on, so that a worker runs it again through every
 // gate against the policy of today. Before that it removes the call's
-// completion and failure records and its stored result (the abandonment
+// failure record (and the completion record workers before the results
+// ledger wrote) and its stored result (the abandonment
 // result), so that the new run's result becomes the call's one stored
 // result; afterwards it removes the dead letter. The re-published call keeps
 // the original headers (trace context included) apart from the

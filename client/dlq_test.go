@@ -10,6 +10,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/tools/builtin"
+	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker"
 	"github.com/stretchr/testify/require"
 )
@@ -18,7 +19,16 @@ import (
 func startWorkerWith(t *testing.T, cfg worker.Config) {
 	t.Helper()
 	cfg.Logger = quietLog()
-	w, err := worker.New(cfg, builtin.All()...)
+	// The dead-letter tests hold a call's lease to make every delivery
+	// fail; only calls of exclusive tools take one, so echo is exclusive
+	// here.
+	tools := builtin.All()
+	for i := range tools {
+		if tools[i].Name == "echo" {
+			tools[i].SideEffects = tool.SideEffectsExclusive
+		}
+	}
+	w, err := worker.New(cfg, tools...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

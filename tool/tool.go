@@ -39,6 +39,9 @@ type Tool struct {
 	// Plugin names the plugin that registered the tool; "" for built-in and
 	// compiled-in tools. Plugin tools are filtered by the personality's plugins list.
 	Plugin string
+	// SideEffects says whether two runs of one call may overlap; empty is
+	// SideEffectsExclusive, the safe default (see SideEffects).
+	SideEffects SideEffects
 	// Available, when set, is asked before every call; false refuses the call
 	// with not_available.
 	Available func(ctx context.Context, c *Context) bool
@@ -86,6 +89,9 @@ func (t *Tool) Validate() error {
 		return fmt.Errorf("tool %s: max_result_chars must not be negative", t.Name)
 	}
 	if err := t.Capabilities.Validate(); err != nil {
+		return fmt.Errorf("tool %s: %w", t.Name, err)
+	}
+	if err := t.SideEffects.Validate(); err != nil {
 		return fmt.Errorf("tool %s: %w", t.Name, err)
 	}
 	return nil

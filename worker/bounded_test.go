@@ -210,10 +210,7 @@ budget: {result_chars: 2000000}
 	require.Equal(t, protocol.BlobTypeText, f.Blob.ContentType)
 
 	// The audit record counts the blob: its size and digest, not its content.
-	var rec protocol.AuditRecord
-	for rec.CallID != "struct" {
-		require.NoError(t, json.Unmarshal(recv(t, audit).Data, &rec))
-	}
+	rec, _ := auditOn(t, audit, "struct")
 	require.Equal(t, s.Blob.Size, rec.BlobBytes)
 	require.Equal(t, s.Blob.SHA256, rec.BlobSHA256)
 	require.Positive(t, rec.ResultBytes)

@@ -179,10 +179,7 @@ func TestTerminalConfinedToThePersonality(t *testing.T) {
 	audit := e.tail(e.names.AuditStream(), "capstan.audit.terminal")
 	r = run("t8", "online", "curl -sS -w ' %{http_code}' http://192.0.2.1/")
 	require.True(t, r.OK, r.Error)
-	var rec protocol.AuditRecord
-	for rec.CallID != "t8" {
-		require.NoError(t, json.Unmarshal(recv(t, audit).Data, &rec))
-	}
+	rec, _ := auditOn(t, audit, "t8")
 	require.Equal(t, []string{"HOST_NOT_ALLOWED"}, rec.Denials, "the egress refusal is in the call's audit record")
 	require.Contains(t, r.Value, "\n"+`Capstan egress: host "192.0.2.1" is not in personality network allow list 403`+"\n")
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
@@ -99,24 +98,33 @@ func (w *Worker) handle(m *bus.Msg) {
 		return
 	}
 
-	answered, err := w.answered(&call, m.Deliveries)
-	if err != nil {
-		w.retryLater(m, &call, err)
-		cs.outcome = "retry"
-		return
-	}
-	if answered {
-		// A redelivered call whose result was already published.
-		w.ack(m, call.CallID)
-		cs.outcome = "duplicate"
-		return
+	// The results stream is the ledger (docs/reliability.md): a call has
+	// been answered iff its result subject holds a message. Reading it
+	// costs a round trip, so it is read only where an answer may already
+	// be there: on a redelivery, and before a call of an exclusive tool
+	// (which must not run twice: a late duplicate of it is caught here).
+	// Any other duplicate runs and finds out when its result is refused.
+	h, known := w.lookup(call.Tool)
+	exclusive := known && h.SideEffects.NeedsLease()
+	if m.Deliveries > 1 || exclusive {
+		stored, err := w.storedResult(cctx, &call)
+		if err != nil {
+			w.retryLater(m, &call, err)
+			cs.outcome = "retry"
+			return
+		}
+		if stored != nil {
+			w.answeredBefore(cctx, m, &call, stored)
+			cs.outcome = "duplicate"
+			return
+		}
 	}
 
 	r := &running{seq: m.StreamSeq, personality: call.PersonalityID, tool: call.Tool}
 	if ok, seq := w.inflight.add(call.CallID, r); !ok {
 		if seq != m.StreamSeq {
 			// Another copy of a call this worker is running: look again
-			// once it has finished (its completion record then answers).
+			// once it has finished (its result then answers it).
 			_ = m.Nak(time.Second)
 		}
 		// Else a redelivery of the very message being run: the running
@@ -125,21 +133,24 @@ func (w *Worker) handle(m *bus.Msg) {
 		return
 	}
 	defer w.inflight.remove(call.CallID)
-	// The completion record, the lease and (in admit) the cancel record are
-	// read one after the other: read at once, they made calls likelier to be
-	// abandoned while a cluster regains its quorum (docs/benchmarks.md).
-	l, err := w.takeLease(call.CallID)
-	if errors.Is(err, bus.ErrKeyExists) {
-		// Another worker holds the lease: let it finish; look again later.
-		w.recordFailure(call.CallID, "call lease held by another worker")
-		_ = m.Nak(w.timing.Heartbeat())
-		cs.outcome = "in_progress"
-		return
-	}
-	if err != nil {
-		w.retryLater(m, &call, fmt.Errorf("take call lease: %w", err))
-		cs.outcome = "retry"
-		return
+	// Only calls of exclusive tools run under a lease ("never two at
+	// once"); for the others a nil lease holds nothing and is never lost.
+	var l *lease
+	if exclusive {
+		var err error
+		l, err = w.takeLease(call.CallID)
+		if errors.Is(err, bus.ErrKeyExists) {
+			// Another worker holds the lease: let it finish; look again later.
+			w.recordFailure(call.CallID, "call lease held by another worker")
+			_ = m.Nak(w.timing.Heartbeat())
+			cs.outcome = "in_progress"
+			return
+		}
+		if err != nil {
+			w.retryLater(m, &call, fmt.Errorf("take call lease: %w", err))
+			cs.outcome = "retry"
+			return
+		}
 	}
 	defer l.release()
 	stopBeat := w.heartbeat(m, l, r)
@@ -175,32 +186,39 @@ func (w *Worker) alongside(what, callID string, fn func()) {
 	fn()
 }
 
-// answered reports whether a call already has its result: its completion
-// record exists or, on a redelivery, its result is in the results stream (a
-// worker that published the result and died before recording completion).
-func (w *Worker) answered(call *protocol.Call, deliveries uint64) (bool, error) {
-	ctx, cancel := w.opCtx()
-	defer cancel()
-	_, done, err := w.kv.completions.Get(ctx, call.CallID)
-	if err != nil {
-		return false, fmt.Errorf("read completion record: %w", err)
-	}
-	if done || deliveries <= 1 {
-		return done, nil
-	}
+// storedResult returns the result the results stream holds for call, or
+// nil when it holds none.
+func (w *Worker) storedResult(ctx context.Context, call *protocol.Call) (*bus.Msg, error) {
 	subject, err := w.names.ResultSubject(call.PersonalityID, resultBatch(call.EffectiveBatchID(), call.CallID), call.CallID)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	_, err = w.conn.LastMsg(ctx, w.names.ResultsStream(), subject)
+	ctx, cancel := w.boundCtx(ctx)
+	defer cancel()
+	m, err := w.conn.LastMsg(ctx, w.names.ResultsStream(), subject)
 	switch {
 	case errors.Is(err, bus.ErrNotFound):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, fmt.Errorf("look up result: %w", err)
+		return nil, fmt.Errorf("look up result: %w", err)
 	}
-	w.recordCompletion(call.CallID)
-	return true, nil
+	return m, nil
+}
+
+// answeredBefore acks a delivery of a call whose result is already stored,
+// without running it, once an audit record of the delivery is stored (the
+// worker that stored the result may have died before its own record was).
+func (w *Worker) answeredBefore(ctx context.Context, m *bus.Msg, call *protocol.Call, stored *bus.Msg) {
+	o := outcome{decision: protocol.DecisionAnswered, bytes: len(stored.Data)}
+	if json.Unmarshal(stored.Data, &o.result) != nil {
+		o.result = protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool}
+	}
+	if err := w.audit(call, o, int(m.Deliveries)); err != nil {
+		w.retryLater(m, call, fmt.Errorf("write audit record: %w", err))
+		return
+	}
+	w.ack(m, call.CallID)
+	w.log.DebugContext(ctx, "call already answered; delivery acknowledged without running it", "call_id", call.CallID, "deliveries", m.Deliveries)
 }
 
 // resultBatch is the batch token of a result subject: the call's batch id, or
@@ -213,9 +231,11 @@ func resultBatch(batch, callID string) string {
 }
 
 // deliver publishes a computed result while this worker holds the call's
-// lease, retrying the publish (never the execution) while the bus is
-// unavailable, then records completion, acks and audits. The call's
-// heartbeat keeps running meanwhile. If the lease is lost, the result is
+// lease (if it has one), retrying the publish (never the execution) while
+// the bus is unavailable, then audits and acks (completed). A result the
+// results stream refuses because it holds one already is dropped
+// (lostRace). The call's heartbeat keeps running meanwhile. If the lease
+// is lost, the result is
 // dropped: the lease holder answers the call. If the worker is forced to
 // stop before the result is out, the call is handed back. A publish that
 // retrying cannot cure (permission denied, no results stream) dead-letters
@@ -241,7 +261,7 @@ func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 			err = w.publish(pctx, m, call, &o)
 			stop()
 			cancel()
-			if err != nil {
+			if err != nil && !errors.Is(err, bus.ErrSubjectTaken) {
 				var reason string
 				reason, permanent = w.publishFault(err, w.names.ResultsStream())
 				w.obs.publishFailed(ctx, "result", reason)
@@ -251,6 +271,14 @@ func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 			r.unstuck(stuckResult)
 			injectFault("after-result-publish")
 			break
+		}
+		if errors.Is(err, bus.ErrSubjectTaken) {
+			// Another run of the call (a duplicate, or a redelivery
+			// while this one ran) stored its result first: that one is
+			// the call's result.
+			r.unstuck(stuckResult)
+			w.lostRace(ctx, m, call)
+			return
 		}
 		r.stuck(stuckResult, err)
 		if w.execBase.Err() != nil {
@@ -275,12 +303,17 @@ func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 }
 
 // finish answers a call that was never run (refused before execution, or
-// malformed): publish the result, record completion, ack and audit. A
+// malformed): publish the result, audit and ack. A
 // publish failure hands the call back with backoff (at most MaxDeliver
 // times), one that retrying cannot cure dead-letters it at once. ctx
 // carries the call's consumer span.
 func (w *Worker) finish(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome) {
-	if err := w.publish(ctx, m, call, &o); err != nil {
+	err := w.publish(ctx, m, call, &o)
+	if errors.Is(err, bus.ErrSubjectTaken) {
+		w.lostRace(ctx, m, call)
+		return
+	}
+	if err != nil {
 		reason, permanent := w.publishFault(err, w.names.ResultsStream())
 		w.obs.publishFailed(ctx, "result", reason)
 		if permanent {
@@ -304,24 +337,20 @@ func (w *Worker) publish(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 	return err
 }
 
-// completed records completion of a call whose result is out, acks it,
-// writes its audit record, releases its lease l (nil for a call never run),
-// records it in the metrics and its span, and logs its outcome (with the
-// trace id of ctx's span).
-//
-// The audit record depends on nothing but the result, so it is written
-// while completion is recorded; the ack and the lease release both wait for
-// the completion record (a redelivery must find it) and then go out
-// together: two round trips to the server after the result instead of four.
+// completed finishes a call whose result is stored: it writes the call's
+// audit record and, once that is stored, acks the call (without waiting:
+// the stored result answers a redelivery), releases its lease l (nil for a
+// call without one), records it in the metrics and its span, and logs its
+// outcome (with the trace id of ctx's span). An audit record that cannot
+// be stored leaves the call unacknowledged for a redelivery, which finds
+// the result and writes the record then (answeredBefore).
 func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome, l *lease) {
-	var wg sync.WaitGroup
-	wg.Go(func() { w.alongside("write audit record", call.CallID, func() { w.audit(call, o, int(m.Deliveries)) }) })
-	w.recordCompletion(call.CallID)
-	if l != nil {
-		wg.Go(func() { w.alongside("release call lease", call.CallID, l.release) })
+	if err := w.audit(call, o, int(m.Deliveries)); err != nil {
+		w.retryLater(m, call, fmt.Errorf("write audit record: %w", err))
+	} else {
+		w.ack(m, call.CallID)
 	}
-	w.ack(m, call.CallID)
-	wg.Wait()
+	l.release()
 	w.recordAnswer(ctx, call, o)
 	lvl := slog.LevelInfo
 	if !o.result.OK {
@@ -330,6 +359,15 @@ func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call,
 	w.log.Log(ctx, lvl, "call finished", "call_id", call.CallID, "tool", call.Tool,
 		"ok", o.result.OK, "code", string(o.result.Code), "decision", o.decision,
 		"duration_ms", o.result.DurationMS, "deliveries", m.Deliveries)
+}
+
+// lostRace acks a call whose result another run stored first, without
+// publishing this run's result; its audit record was written by the run
+// that won.
+func (w *Worker) lostRace(ctx context.Context, m *bus.Msg, call *protocol.Call) {
+	w.ack(m, call.CallID)
+	setOutcome(ctx, "duplicate")
+	w.log.InfoContext(ctx, "result not published: another run of the call stored its result first", "call_id", call.CallID, "tool", call.Tool)
 }
 
 // header returns the headers of a message caused by a call: the protocol
@@ -348,27 +386,11 @@ func (w *Worker) header(ctx context.Context, callHeader bus.Header) bus.Header {
 	return h
 }
 
-type completionRecord struct {
-	WorkerID string    `json:"worker_id"`
-	At       time.Time `json:"at"`
-}
-
-func (w *Worker) recordCompletion(callID string) {
-	ctx, cancel := w.opCtx()
-	defer cancel()
-	rec, _ := json.Marshal(completionRecord{WorkerID: w.cfg.WorkerID, At: time.Now().UTC()})
-	if _, err := w.kv.completions.Put(ctx, callID, rec); err != nil {
-		// The result is out; a redelivery within the dedupe window is still
-		// de-duplicated by the result's Nats-Msg-Id.
-		w.log.Warn("cannot record completion", "call_id", callID, "error", err)
-	}
-}
-
+// ack acknowledges a call whose result is stored, without waiting for the
+// server: a lost ack means a redelivery that finds the result.
 func (w *Worker) ack(m *bus.Msg, callID string) {
-	ctx, cancel := w.opCtx()
-	defer cancel()
-	if err := m.Ack(ctx); err != nil {
-		w.log.Warn("ack failed; the call will be redelivered and acked from its completion record", "call_id", callID, "error", err)
+	if err := m.AckNoWait(); err != nil {
+		w.log.Warn("ack failed; the call will be redelivered and acked when it finds its result", "call_id", callID, "error", err)
 	}
 }
 

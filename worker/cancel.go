@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -138,40 +139,102 @@ func (r *running) pendingCause() error {
 	return r.pending
 }
 
-// inflight is the set of calls this worker runs, by call id.
+// inflight is the set of calls this worker runs, by call id, and the book
+// of cancel requests: every worker keeps every cancel request of the last
+// bus.RecordTTL in memory, from its cancel subscription and a watch of the
+// cancels bucket (for those sent before it started), so that starting a
+// call reads nothing from the bus to learn whether it was cancelled. One
+// lock covers both, so a cancel request and the start of its call cannot
+// pass each other: either the request finds the call running and cancels
+// it, or the call finds the request and never starts.
 type inflight struct {
 	mu    sync.Mutex
 	calls map[string]*running
+	// cancels holds the reason and time of each cancel request, by
+	// cancelKey; swept of requests older than cancelTTL.
+	cancels   map[string]cancelRecord
+	cancelTTL time.Duration
+	sweptAt   time.Time
 }
 
-// add registers a running call. When this worker already runs the call it
-// returns false and the stream sequence of the message being run.
+// add registers a running call of the given personality. When this worker
+// already runs the call it returns false and the stream sequence of the
+// message being run. A cancel request for the call in the book becomes the
+// call's pending cause (it will not start).
 func (f *inflight) add(id string, r *running) (bool, uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if cur, dup := f.calls[id]; dup {
 		return false, cur.seq
 	}
+	if rec, ok := f.cancels[cancelKey(r.personality, id)]; ok {
+		r.cancel(&cancelError{reason: rec.Reason})
+	}
 	f.calls[id] = r
 	return true, 0
+}
+
+// cancelled books a cancel request and cancels the call if it runs here
+// under the personality the request names. It reports whether it did.
+func (f *inflight) cancelled(personality, id string, rec cancelRecord) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.book(personality, id, rec)
+	r, ok := f.calls[id]
+	ok = ok && r.personality == personality
+	if ok {
+		r.cancel(&cancelError{reason: rec.Reason})
+	}
+	return ok
+}
+
+// book records a cancel request (the earliest one of a call wins) and,
+// at most once a minute, forgets those older than cancelTTL. f.mu is held.
+func (f *inflight) book(personality, id string, rec cancelRecord) {
+	if f.cancels == nil {
+		f.cancels = make(map[string]cancelRecord)
+	}
+	key := cancelKey(personality, id)
+	if _, ok := f.cancels[key]; !ok {
+		f.cancels[key] = rec
+	}
+	now := time.Now()
+	if f.cancelTTL <= 0 || now.Sub(f.sweptAt) < time.Minute {
+		return
+	}
+	f.sweptAt = now
+	for k, c := range f.cancels {
+		if now.Sub(c.At) > f.cancelTTL {
+			delete(f.cancels, k)
+		}
+	}
+}
+
+// bookEntry records a cancel request read from the cancels bucket.
+func (f *inflight) bookEntry(e bus.Entry) {
+	if e.Deleted {
+		return
+	}
+	personality, id, ok := strings.Cut(e.Key, ".")
+	if !ok {
+		return
+	}
+	var rec cancelRecord
+	if json.Unmarshal(e.Value, &rec) != nil || rec.Reason == "" {
+		rec.Reason = "by request"
+	}
+	if rec.At.IsZero() {
+		rec.At = e.Created
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.book(personality, id, rec)
 }
 
 func (f *inflight) remove(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.calls, id)
-}
-
-// cancel cancels the running call id if it is of the given personality.
-func (f *inflight) cancel(personality, id string, cause error) bool {
-	f.mu.Lock()
-	r, ok := f.calls[id]
-	f.mu.Unlock()
-	ok = ok && r.personality == personality
-	if ok {
-		r.cancel(cause)
-	}
-	return ok
 }
 
 // stuck lists the calls that cannot finish, as "call <id> (<tool>):
@@ -202,37 +265,25 @@ type cancelRecord struct {
 	At     time.Time `json:"at"`
 }
 
-// onCancel records a cancel request durably (so a call not started yet never
-// starts) and cancels the call if this worker runs it. Every worker receives
+// onCancel books a cancel request (so a call not started yet never
+// starts), cancels the call if this worker runs it, and records the request
+// in the cancels bucket for workers that start later. Every worker receives
 // every cancel request.
 func (w *Worker) onCancel(subject string, _ bus.Header, data []byte) {
 	personality, id, err := w.names.ParseCancelSubject(subject)
 	if err != nil {
 		return
 	}
-	reason := cancelReason(data)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	rec := cancelRecord{Reason: cancelReason(data), At: time.Now().UTC()}
+	w.inflight.cancelled(personality, id, rec)
+	ctx, cancel := w.opCtx()
 	defer cancel()
-	rec, _ := json.Marshal(cancelRecord{Reason: reason, At: time.Now().UTC()})
-	if _, err := w.kv.cancels.Put(ctx, cancelKey(personality, id), rec); err != nil {
+	b, _ := json.Marshal(rec)
+	if _, err := w.kv.cancels.Put(ctx, cancelKey(personality, id), b); err != nil {
 		w.log.WarnContext(ctx, "cannot record cancel request", "call_id", id, "personality", personality, "error", err)
 	}
-	w.inflight.cancel(personality, id, &cancelError{reason: reason})
 }
 
 // cancelKey is the cancels bucket's key of a call: <personality>.<call>, so
 // a cancel request names the personality it applies to.
 func cancelKey(personality, id string) string { return personality + "." + id }
-
-// cancelled returns the recorded cancel reason of a call, if any.
-func (w *Worker) cancelled(ctx context.Context, call *protocol.Call) (string, bool, error) {
-	e, found, err := w.kv.cancels.Get(ctx, cancelKey(call.PersonalityID, call.CallID))
-	if err != nil || !found {
-		return "", false, err
-	}
-	var rec cancelRecord
-	if json.Unmarshal(e.Value, &rec) != nil || rec.Reason == "" {
-		rec.Reason = "by request"
-	}
-	return rec.Reason, true, nil
-}

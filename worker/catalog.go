@@ -29,7 +29,7 @@ func catalogEntry(t tool.Tool, pool string) (protocol.CatalogEntry, error) {
 	return protocol.CatalogEntry{
 		Name: t.Name, Description: t.Description, Schema: schema, Toolset: t.Toolset, Capabilities: caps,
 		Permissions: perms, OutputIsUntrusted: t.OutputIsUntrusted, AlwaysInclude: t.AlwaysInclude,
-		MaxResultChars: t.MaxResultChars, Plugin: t.Plugin, Pool: pool,
+		MaxResultChars: t.MaxResultChars, Plugin: t.Plugin, SideEffects: string(t.SideEffects.Effective()), Pool: pool,
 	}, nil
 }
 

@@ -168,12 +168,12 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 			reason = string(e.Value)
 		}
 	}
-	if call.CallID != "" {
-		_, done, err := w.kv.completions.Get(ctx, call.CallID)
+	if call.CallID != "" && call.PersonalityID != "" {
+		stored, err := w.storedResult(ctx, &call)
 		if err != nil {
-			return fmt.Errorf("read completion record: %w", err)
+			return err
 		}
-		if done {
+		if stored != nil {
 			// Answered after all (e.g. a late ack was lost): nothing is abandoned.
 			return w.conn.DeleteMsg(ctx, w.names.CallsStream(), a.StreamSeq)
 		}
@@ -195,6 +195,11 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 		o.result.Deliveries = int(a.Deliveries)
 		// The abandonment result joins the call's trace.
 		size, err := w.publishResult(telemetry.Extract(context.Background(), m.Header), call.PersonalityID, call.CallID, &o.result, m.Header)
+		if errors.Is(err, bus.ErrSubjectTaken) {
+			// Answered meanwhile by a late run: the dead letter stays
+			// (it says why the call was given up), no abandonment.
+			return w.conn.DeleteMsg(ctx, w.names.CallsStream(), a.StreamSeq)
+		}
 		if err != nil {
 			freason, permanent := w.publishFault(err, w.names.ResultsStream())
 			w.obs.publishFailed(ctx, "result", freason)
@@ -205,8 +210,7 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 		}
 		o.bytes = size
 		w.recordAnswer(ctx, &call, o)
-		w.recordCompletion(call.CallID)
-		w.audit(&call, o, int(a.Deliveries))
+		_ = w.audit(&call, o, int(a.Deliveries))
 	}
 	if err := w.conn.DeleteMsg(ctx, w.names.CallsStream(), a.StreamSeq); err != nil {
 		return err

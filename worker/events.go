@@ -63,20 +63,22 @@ func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progre
 // outcome, duration, worker, only the hash and size of the arguments, the
 // size of the published result and the size and digest of its blob. The
 // session id is cut at 256 code points and the denial codes at 64 (the
-// rest counted): a record stays within a few KiB.
-func (w *Worker) audit(call *protocol.Call, o outcome, deliveries int) {
+// rest counted): a record stays within a few KiB. Records are stored in
+// batches (auditLog); audit returns once the call's record is stored, or
+// with the reason it could not be.
+func (w *Worker) audit(call *protocol.Call, o outcome, deliveries int) error {
 	toolTok := call.Tool
 	if !protocol.ValidToken(toolTok) {
 		toolTok = invalidToolToken
 	}
 	subject, err := w.names.AuditSubject(toolTok)
 	if err != nil {
-		return
+		return err
 	}
 	sum := sha256.Sum256(call.Args)
 	rec := protocol.AuditRecord{
 		Time: time.Now().UTC(), CallID: call.CallID, BatchID: o.result.BatchID, SessionID: call.SessionID,
-		PersonalityID: cmp.Or(call.PersonalityID, w.cfg.DefaultPersonality), Tool: call.Tool, Decision: o.decision,
+		PersonalityID: call.PersonalityID, Tool: call.Tool, Decision: o.decision,
 		Denials: o.denials, OK: o.result.OK, Code: o.result.Code, DurationMS: o.result.DurationMS,
 		WorkerID: w.cfg.WorkerID, Deliveries: deliveries, ArgsSHA256: hex.EncodeToString(sum[:]), ArgsBytes: len(call.Args),
 		ResultBytes: o.bytes,
@@ -85,15 +87,19 @@ func (w *Worker) audit(call *protocol.Call, o outcome, deliveries int) {
 		rec.BlobBytes, rec.BlobSHA256 = b.Size, b.SHA256
 	}
 	capAudit(&rec)
-	data, err := json.Marshal(rec)
+	line, err := protocol.EncodeAuditRecord(nil, &rec)
 	if err != nil {
-		return
+		return err
 	}
 	ctx, cancel := w.opCtx()
 	defer cancel()
-	if _, err := w.conn.Publish(ctx, subject, data, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, ""); err != nil {
-		reason, _ := w.publishFault(err, w.names.AuditStream())
-		w.obs.publishFailed(ctx, "audit", reason)
+	select {
+	case err = <-w.audits.write(subject, line):
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
 		w.log.Warn("cannot write audit record", "call_id", call.CallID, "error", err)
 	}
+	return err
 }

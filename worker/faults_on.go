@@ -14,8 +14,8 @@ import (
 // It exists only in binaries built with -tags capstan_faults, which the
 // chaos tests build; production binaries have no fault points.
 //
-// Points: "after-result-publish" (the result is stored; completion is not
-// recorded and the call is not acked).
+// Points: "after-result-publish" (the result is stored; the audit record is
+// not written and the call is not acked).
 func injectFault(point string) {
 	if os.Getenv("CAPSTAN_FAULT") == point {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

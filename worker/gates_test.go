@@ -154,20 +154,27 @@ func auditOf(t *testing.T, e *env, toolName, callID string) (protocol.AuditRecor
 	t.Helper()
 	subject, err := e.names.AuditSubject(toolName)
 	require.NoError(t, err)
-	got := make(chan *bus.Msg, 1)
+	type auditHit struct {
+		rec  protocol.AuditRecord
+		line string
+	}
+	got := make(chan auditHit, 1)
 	stop, err := e.conn.Tail(ctxT(t), e.names.AuditStream(), []string{subject}, bus.FromStart, func(m *bus.Msg) {
-		var rec protocol.AuditRecord
-		if json.Unmarshal(m.Data, &rec) == nil && rec.CallID == callID {
-			got <- m
+		recs, _ := protocol.DecodeAuditRecords(m.Data)
+		for i, rec := range recs {
+			if rec.CallID == callID {
+				select {
+				case got <- auditHit{rec, strings.Split(string(m.Data), "\n")[i]}:
+				default:
+				}
+			}
 		}
 	})
 	require.NoError(t, err)
 	defer stop()
 	select {
-	case m := <-got:
-		var rec protocol.AuditRecord
-		require.NoError(t, json.Unmarshal(m.Data, &rec))
-		return rec, string(m.Data)
+	case h := <-got:
+		return h.rec, h.line
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no audit record for %s on %s", callID, subject)
 		return protocol.AuditRecord{}, ""

@@ -233,3 +233,22 @@ func recv(t *testing.T, ch <-chan *bus.Msg) *bus.Msg {
 }
 
 var errBoom = errors.New("boom")
+
+// auditOn returns the audit record of callID from the audit messages of ch
+// (batches: one record per line), skipping the records of other calls,
+// and the raw line of the record.
+func auditOn(t *testing.T, ch <-chan *bus.Msg, callID string) (protocol.AuditRecord, string) {
+	t.Helper()
+	for {
+		m := recv(t, ch)
+		recs, err := protocol.DecodeAuditRecords(m.Data)
+		require.NoError(t, err)
+		require.Equal(t, strconv.Itoa(len(recs)), m.Header.Get(protocol.HeaderAuditRecords), "the header counts the records")
+		lines := strings.Split(strings.TrimSuffix(string(m.Data), "\n"), "\n")
+		for i, rec := range recs {
+			if rec.CallID == callID {
+				return rec, lines[i]
+			}
+		}
+	}
+}

@@ -20,7 +20,9 @@ var errLeaseLost = errors.New("call lease lost to another worker")
 // that stalled cannot go on as if it still held the call.
 //
 // A lease is owned by one call handler; its refresh runs on the heartbeat
-// goroutine, so its state is guarded by mu.
+// goroutine, so its state is guarded by mu. Only calls of exclusive tools
+// have one (tool.SideEffects); for the others the lease is nil, and a nil
+// lease holds nothing, is never lost and releases nothing.
 type lease struct {
 	w      *Worker
 	callID string
@@ -56,6 +58,9 @@ func (w *Worker) takeLease(callID string) (*lease, error) {
 // for good; a transient bus error is returned with held true (the lease is
 // as it was; the next heartbeat tries again).
 func (l *lease) refresh() (held bool, err error) {
+	if l == nil {
+		return true, nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lost {
@@ -89,6 +94,9 @@ func (l *lease) refresh() (held bool, err error) {
 // is needed then; otherwise the lease is refreshed (fenced by revision). A
 // transient bus error is returned for the caller to retry.
 func (l *lease) confirm() (held bool, err error) {
+	if l == nil {
+		return true, nil
+	}
 	l.mu.Lock()
 	lost, fresh := l.lost, time.Since(l.written) < l.ttl/2
 	l.mu.Unlock()
@@ -103,6 +111,9 @@ func (l *lease) confirm() (held bool, err error) {
 
 // isLost reports whether the lease was lost.
 func (l *lease) isLost() bool {
+	if l == nil {
+		return false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lost
@@ -112,6 +123,9 @@ func (l *lease) isLost() bool {
 // revision, so a lease another worker took is never removed), leaving a
 // marker that expires. Only the first call does anything.
 func (l *lease) release() {
+	if l == nil {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lost || l.released {
@@ -173,9 +187,13 @@ func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *running) (stop func()) {
 func sleepOrDone(ctx context.Context, l *lease, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	var lost chan struct{} // nil for no lease: never ready
+	if l != nil {
+		lost = l.lostCh
+	}
 	select {
 	case <-t.C:
 	case <-ctx.Done():
-	case <-l.lostCh:
+	case <-lost:
 	}
 }

@@ -56,9 +56,7 @@ func TestPersonalityMismatchIsRefused(t *testing.T) {
 	require.Equal(t, `personality_id "beta" does not match the subject's personality "alpha"`, r.Error)
 	require.Zero(t, r.DurationMS)
 
-	var rec protocol.AuditRecord
-	require.NoError(t, json.Unmarshal(recv(t, audit).Data, &rec))
-	require.Equal(t, "pm1", rec.CallID)
+	rec, _ := auditOn(t, audit, "pm1")
 	require.Equal(t, "alpha", rec.PersonalityID)
 	require.Equal(t, protocol.DecisionPersonality, rec.Decision)
 	require.Equal(t, protocol.CodeInputInvalid, rec.Code)
@@ -86,8 +84,7 @@ func TestBodyWithoutPersonalityTakesTheSubjects(t *testing.T) {
 	r := decodeResult(t, m)
 	require.True(t, r.OK, r.Error)
 	require.Equal(t, "hi", r.Value)
-	var rec protocol.AuditRecord
-	require.NoError(t, json.Unmarshal(recv(t, audit).Data, &rec))
+	rec, _ := auditOn(t, audit, "np1")
 	require.Equal(t, "beta", rec.PersonalityID)
 	require.Equal(t, "2", recv(t, e.tail(e.names.AuditStream(), "capstan.audit.>")).Header.Get(protocol.HeaderProtocol))
 

@@ -64,13 +64,6 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running
 	if cause := r.pendingCause(); cause != nil {
 		return refuse(call, protocol.DecisionCancelled, protocol.CodeExecutionFailed, cause.Error())
 	}
-	reason, found, err := w.cancelled(ctx, call)
-	if err != nil {
-		return outcome{infra: fmt.Errorf("read cancel record: %w", err)}
-	}
-	if found {
-		return refuse(call, protocol.DecisionCancelled, protocol.CodeExecutionFailed, "cancelled: "+reason)
-	}
 	if call.Deadline != nil && time.Now().After(*call.Deadline) {
 		return refuse(call, protocol.DecisionDeadline, protocol.CodeExecutionFailed, "deadline exceeded before start")
 	}

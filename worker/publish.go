@@ -50,19 +50,17 @@ func (w *Worker) publishResult(ctx context.Context, personality, callID string, 
 	}
 	sctx, span := w.startPublish(ctx, subject, callID)
 	defer func() { endPublish(span, err) }()
-	msgID := protocol.ResultMsgID(callID)
-	if seq := callHeader.Get(protocol.HeaderRedrive); protocol.ValidToken(seq) {
-		msgID = protocol.RedriveResultMsgID(callID, seq)
-	}
 	hdr := w.header(sctx, callHeader)
-	data, err := w.fitMessage(res, hdr, msgID)
+	data, err := w.fitMessage(res, hdr)
 	if err != nil {
 		return 0, fmt.Errorf("encode result: %w", err)
 	}
 	span.SetAttributes(semconv.MessagingMessageBodySize(len(data)))
 	pctx, cancel := w.boundCtx(sctx)
 	defer cancel()
-	_, err = w.conn.Publish(pctx, subject, data, hdr, msgID)
+	// The first message on the subject wins (bus.PublishFirst): exactly
+	// one result per call, decided by the results stream as it stores it.
+	err = w.conn.PublishFirst(pctx, subject, data, hdr)
 	var tl *bus.TooLargeError
 	if errors.As(err, &tl) {
 		// The server refused what the connection said it accepts (another
@@ -75,7 +73,7 @@ func (w *Worker) publishResult(ctx context.Context, personality, callID string, 
 		if data, err = protocol.EncodeResult(res); err != nil {
 			return 0, fmt.Errorf("encode result: %w", err)
 		}
-		_, err = w.conn.Publish(pctx, subject, data, hdr, msgID)
+		err = w.conn.PublishFirst(pctx, subject, data, hdr)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("publish result: %w", err)
@@ -90,13 +88,13 @@ func (w *Worker) publishResult(ctx context.Context, personality, callID string, 
 // fit, or, when it is untrusted output (whose wrapper a cut would break) or
 // nothing fits, is replaced by the execution_failed result naming the
 // limit.
-func (w *Worker) fitMessage(res *protocol.Result, hdr bus.Header, msgID string) ([]byte, error) {
+func (w *Worker) fitMessage(res *protocol.Result, hdr bus.Header) ([]byte, error) {
 	limit := min(w.cfg.ResultMaxBytes, w.conn.MaxPayload())
 	data, err := protocol.EncodeResult(res)
 	if err != nil {
 		return nil, err
 	}
-	size := bus.MessageSize(len(data), hdr, msgID)
+	size := bus.ExpectFirstSize(len(data), hdr)
 	if size <= limit {
 		return data, nil
 	}
@@ -145,8 +143,7 @@ func (w *Worker) publishFault(err error, stream string) (reason string, permanen
 
 // undeliverable handles a call whose result can never be published
 // (permission denied, the results stream missing): the call is
-// dead-lettered with the reason, its completion recorded, acked and
-// audited, so its slot is freed and it does not run again. When the dead
+// dead-lettered with the reason, acked and audited, so its slot is freed and it does not run again. When the dead
 // letter cannot be published either, the call's redelivery is stopped
 // (retrying cannot cure that) or, for a fault that may pass, asked for
 // later.
@@ -167,7 +164,6 @@ func (w *Worker) undeliverable(ctx context.Context, m *bus.Msg, call *protocol.C
 		w.audit(call, failed(o, reason), int(m.Deliveries))
 		return
 	}
-	w.recordCompletion(call.CallID)
 	w.ack(m, call.CallID)
 	w.audit(call, failed(o, reason), int(m.Deliveries))
 	setOutcome(ctx, "dead_lettered")

@@ -1,6 +1,3 @@
-// Package worker builds a Capstan worker: it pulls tool calls from its pool's
-// JetStream consumer, checks each against the capability policy, runs the
-// tool with scoped access, and publishes exactly one result per call.
 package worker
 
 import (
@@ -45,7 +42,9 @@ type Worker struct {
 	policies *policies
 	limiter  *ratelimit.Limiter
 	inflight inflight
-	slots    chan struct{}
+	// audits stores the calls' audit records in batches.
+	audits auditLog
+	slots  chan struct{}
 	// work hands fetched calls to the handler goroutines, one per slot.
 	work   chan *bus.Msg
 	timing bus.Timing
@@ -78,7 +77,7 @@ type hosted struct {
 }
 
 type buckets struct {
-	personalities, tools, cancels, completions, leases, workers, ratelimits, failures, storage, reads *bus.KV
+	personalities, tools, cancels, leases, workers, ratelimits, failures, storage, reads *bus.KV
 }
 
 // New checks cfg and the tools and returns a worker ready to Run. Tools not
@@ -103,6 +102,7 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 
 		retryLimit: ResultRetryLimit,
 	}
+	w.audits = auditLog{publish: w.publishAudit, limit: w.auditLimit}
 	if w.obs, err = newObserver(cfg.TracerProvider, cfg.MeterProvider); err != nil {
 		return nil, err
 	}
@@ -242,6 +242,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.mcp.registered.Store(false)
 	w.limiter = ratelimit.New(w.kv.ratelimits, nil)
 	w.inflight.calls = make(map[string]*running)
+	w.inflight.cancels = make(map[string]cancelRecord)
+	w.inflight.cancelTTL = bus.RecordTTL
 	w.slots = make(chan struct{}, w.cfg.Concurrency)
 	w.execBase, w.cancelExec = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer w.cancelExec(errShutdown)
@@ -263,6 +265,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = cancelSub.Stop() }()
+	// The cancel requests sent before this worker started (and, again,
+	// every later one): starting a call then reads nothing from the bus.
+	stopCancelWatch, err := w.kv.cancels.Watch(ctx, w.inflight.bookEntry)
+	if err != nil {
+		return err
+	}
+	defer stopCancelWatch()
 	abandoned, err := conn.AbandonedConsumer(startCtx, w.cfg.Pool)
 	if err != nil {
 		return err
@@ -327,7 +336,7 @@ func (w *Worker) openBuckets(ctx context.Context) error {
 		id  bus.Bucket
 	}{
 		{&w.kv.personalities, bus.Personalities}, {&w.kv.tools, bus.Tools}, {&w.kv.cancels, bus.Cancels},
-		{&w.kv.completions, bus.Completions}, {&w.kv.leases, bus.Leases}, {&w.kv.workers, bus.Workers},
+		{&w.kv.leases, bus.Leases}, {&w.kv.workers, bus.Workers},
 		{&w.kv.ratelimits, bus.RateLimits}, {&w.kv.failures, bus.Failures}, {&w.kv.storage, bus.Storage}, {&w.kv.reads, bus.ReadRecords},
 	} {
 		kv, err := w.conn.KV(ctx, b.id)

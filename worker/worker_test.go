@@ -319,7 +319,10 @@ func TestAbandonedAfterMaxDeliveries(t *testing.T) {
 	_, err = leases.Create(ctxT(t), "ab", []byte("ghost"), 0)
 	require.NoError(t, err)
 	dlq := e.tail(e.names.DLQStream(), "capstan.dlq.>")
-	e.start(worker.Config{MaxDeliver: 1})
+	// Only calls of exclusive tools run under a lease: this echo is one.
+	exclusive := echo.Tool()
+	exclusive.SideEffects = tool.SideEffectsExclusive
+	e.start(worker.Config{MaxDeliver: 1}, exclusive)
 	e.call(protocol.Call{CallID: "ab", Tool: "echo", Args: json.RawMessage(`{"text":"x"}`)})
 	r := e.result("ab", "ab")
 	require.Equal(t, protocol.CodeExecutionFailed, r.Code)

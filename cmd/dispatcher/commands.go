@@ -17,6 +17,7 @@ import (
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/tool"
 )
 
 // callWaitSlack is how much longer than --timeout `call` waits for the result.
@@ -236,10 +237,13 @@ func (a *app) cmdTools(ctx context.Context, args []string) int {
 		a.errorf("tools: the catalog is empty: no worker has registered its tools yet")
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tPOOL\tTOOLSET\tDESCRIPTION")
+	fmt.Fprintln(tw, "NAME\tPOOL\tTOOLSET\tSIDE EFFECTS\tDESCRIPTION")
 	for _, t := range tools {
 		desc, _, _ := strings.Cut(t.Description, "\n")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, cmp.Or(t.Pool, protocol.DefaultPool), t.Toolset, desc)
+		// An entry without the field (a worker of an earlier release) is
+		// exclusive, the default.
+		effects := string(tool.SideEffects(t.SideEffects).Effective())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, cmp.Or(t.Pool, protocol.DefaultPool), t.Toolset, effects, desc)
 	}
 	if err := tw.Flush(); err != nil {
 		a.errorf("tools: %v", err)

@@ -236,15 +236,17 @@ func TestToolsCommand(t *testing.T) {
 	env := map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url)}
 	code, stdout, stderr := runT(t, env, "", "tools")
 	require.Equal(t, exitOK, code)
-	require.Equal(t, "NAME  POOL  TOOLSET  DESCRIPTION\n", stdout)
+	require.Equal(t, "NAME  POOL  TOOLSET  SIDE EFFECTS  DESCRIPTION\n", stdout)
 	require.Contains(t, stderr, "the catalog is empty")
 
 	putCatalog(t, url,
 		protocol.CatalogEntry{Name: "zeta", Pool: "gpu", Toolset: "render", Description: "Draws."},
-		protocol.CatalogEntry{Name: "echo", Pool: "default", Toolset: "debug", Description: "Returns text.\nMore detail."})
+		protocol.CatalogEntry{Name: "echo", Pool: "default", Toolset: "debug", SideEffects: "none", Description: "Returns text.\nMore detail."})
 	code, stdout, _ = runT(t, env, "", "tools")
 	require.Equal(t, exitOK, code)
-	require.Equal(t, "NAME  POOL     TOOLSET  DESCRIPTION\necho  default  debug    Returns text.\nzeta  gpu      render   Draws.\n", stdout)
+	require.Equal(t, "NAME  POOL     TOOLSET  SIDE EFFECTS  DESCRIPTION\n"+
+		"echo  default  debug    none          Returns text.\n"+
+		"zeta  gpu      render   exclusive     Draws.\n", stdout)
 
 	code, stdout, _ = runT(t, env, "", "tools", "--json")
 	require.Equal(t, exitOK, code)
@@ -446,7 +448,7 @@ func TestPersonalityCommands(t *testing.T) {
 	// tools --personality: exactly the tools that personality's LLM may call.
 	code, stdout, _ = runT(t, env, "", "tools", "--personality", "researcher")
 	require.Equal(t, exitOK, code)
-	require.Equal(t, "NAME  POOL     TOOLSET  DESCRIPTION\necho  default  debug    \ngh    default  web      \n", stdout)
+	require.Equal(t, "NAME  POOL     TOOLSET  SIDE EFFECTS  DESCRIPTION\necho  default  debug    exclusive     \ngh    default  web      exclusive     \n", stdout)
 	code, _, stderr = runT(t, env, "", "tools", "--personality", "nobody")
 	require.Equal(t, exitFailed, code)
 	require.Contains(t, stderr, "Unknown personality: nobody")

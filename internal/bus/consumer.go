@@ -35,6 +35,11 @@ func newMsg(m jetstream.Msg) *Msg {
 // Ack acknowledges the message and waits for the server to confirm.
 func (m *Msg) Ack(ctx context.Context) error { return m.m.DoubleAck(ctx) }
 
+// AckNoWait acknowledges the message without waiting for the server: for a
+// call whose result the results stream already holds, a lost ack only
+// means a redelivery that finds the result and is acknowledged then.
+func (m *Msg) AckNoWait() error { return m.m.Ack() }
+
 // Nak asks for redelivery after delay (0 = at once).
 func (m *Msg) Nak(delay time.Duration) error {
 	if delay <= 0 {

@@ -65,6 +65,54 @@ func (c *Conn) Publish(ctx context.Context, subject string, data []byte, hdr Hea
 	return ack.Duplicate, nil
 }
 
+// ErrSubjectTaken is wrapped by the error of PublishFirst when the stream
+// already holds a message on the subject.
+var ErrSubjectTaken = errors.New("the stream already holds a message on the subject")
+
+// PublishFirst publishes to a JetStream stream only if the stream holds no
+// message on subject yet (Nats-Expected-Last-Subject-Sequence: 0, checked by
+// the stream's leader as it stores the message): a second message on the
+// same subject fails with ErrSubjectTaken, however late it comes. It sets no
+// Nats-Msg-Id. Other errors are as Publish's.
+func (c *Conn) PublishFirst(ctx context.Context, subject string, data []byte, hdr Header) error {
+	size := ExpectFirstSize(len(data), hdr)
+	if limit := c.MaxPayload(); size > limit {
+		return fmt.Errorf("bus: publish %s: %w", subject, &TooLargeError{Size: size, Limit: limit})
+	}
+	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header(hdr.Clone())}
+	err := c.den.guard(ctx, []string{subject}, func(ctx context.Context) error {
+		_, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+		return err
+	})
+	if err != nil {
+		if wrongLastSequence(err) {
+			return fmt.Errorf("bus: publish %s: %w", subject, ErrSubjectTaken)
+		}
+		return fmt.Errorf("bus: publish %s: %w", subject, c.publishError(err, size))
+	}
+	return nil
+}
+
+// expectFirstHeader is what PublishFirst adds to a message's headers.
+const expectFirstHeader = "Nats-Expected-Last-Subject-Sequence: 0\r\n"
+
+// ExpectFirstSize is the size on the wire of a PublishFirst message with a
+// body of dataLen bytes and headers hdr.
+func ExpectFirstSize(dataLen int, hdr Header) int {
+	return MessageSize(dataLen, hdr, "") + len(expectFirstHeader)
+}
+
+// wrongLastSequence reports the server's refusal of an expected last
+// sequence (either code: replicated streams answer with the second).
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
 // publishError wraps the publish errors that retrying cannot cure in this
 // package's sentinels, keeping nats.go's error in the chain.
 func (c *Conn) publishError(err error, size int) error {

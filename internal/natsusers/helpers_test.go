@@ -16,6 +16,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/tools/builtin"
+	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -70,9 +71,10 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// newWorker returns a worker with the built-in tools connecting as the
-// worker user; adjust, when not nil, changes its configuration first.
-func newWorker(t *testing.T, url string, adjust func(*worker.Config)) *worker.Worker {
+// newWorker returns a worker with the built-in tools (or tools, when
+// given) connecting as the worker user; adjust, when not nil, changes its
+// configuration first.
+func newWorker(t *testing.T, url string, adjust func(*worker.Config), tools ...tool.Tool) *worker.Worker {
 	t.Helper()
 	cfg := worker.Config{NATSURL: as(url, "worker"), WorkerID: "w-" + t.Name(), Concurrency: 4,
 		ShutdownGrace: time.Second, SecretsBackend: worker.SecretsNone, Logger: quietLog()}
@@ -80,7 +82,10 @@ func newWorker(t *testing.T, url string, adjust func(*worker.Config)) *worker.Wo
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	w, err := worker.New(cfg, builtin.All()...)
+	if len(tools) == 0 {
+		tools = builtin.All()
+	}
+	w, err := worker.New(cfg, tools...)
 	require.NoError(t, err)
 	return w
 }

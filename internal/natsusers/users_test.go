@@ -12,6 +12,8 @@ import (
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/tools/builtin"
+	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
@@ -305,7 +307,14 @@ func TestOperatorRedrivesADeadLetter(t *testing.T) {
 	op := newClient(t, url, "operator")
 	_, _, err := op.PutPersonality(ctxT(t, 10*time.Second), []byte("id: default\n"))
 	require.NoError(t, err)
-	runWorker(t, newWorker(t, url, func(c *worker.Config) { c.MaxDeliver, c.AckWait = 2, 3*time.Second }))
+	// Only calls of exclusive tools take a lease: echo is one here.
+	tools := builtin.All()
+	for i := range tools {
+		if tools[i].Name == "echo" {
+			tools[i].SideEffects = tool.SideEffectsExclusive
+		}
+	}
+	runWorker(t, newWorker(t, url, func(c *worker.Config) { c.MaxDeliver, c.AckWait = 2, 3*time.Second }, tools...))
 	be := newClient(t, url, "backend")
 
 	// Another worker (the same user) holds the call's lease, so each

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -206,8 +207,11 @@ const (
 	DecisionAbandoned   = "abandoned"
 )
 
-// AuditRecord is written once per call on <p>.audit.<tool>. It never holds
-// argument or secret values: only the arguments' SHA-256 and size.
+// AuditRecord is written once per call on <p>.audit.<tool>, in a batch: a
+// worker stores the records of many calls of one tool in one message, one
+// JSON object per line (DecodeAuditRecords; the header Capstan-Audit-Records
+// says how many). It never holds argument or secret values: only the
+// arguments' SHA-256 and size.
 type AuditRecord struct {
 	Time          time.Time `json:"time"`
 	CallID        string    `json:"call_id"`
@@ -236,6 +240,44 @@ type AuditRecord struct {
 	BlobSHA256 string `json:"blob_sha256,omitempty"`
 }
 
+// DecisionAnswered is the decision of an audit record written
+// for a delivery that found its call already answered (a redelivery after
+// the result was stored): the record repeats what the stored result says.
+const DecisionAnswered = "answered"
+
+// HeaderAuditRecords is the number of audit records in an audit message.
+const HeaderAuditRecords = "Capstan-Audit-Records"
+
+// EncodeAuditRecord appends rec to dst as one line of an audit message: a
+// JSON object and a newline.
+func EncodeAuditRecord(dst []byte, rec *AuditRecord) ([]byte, error) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, b...)
+	return append(dst, '\n'), nil
+}
+
+// DecodeAuditRecords returns the records of an audit message: one JSON
+// object per line (a message of one record without a final newline, as
+// protocol version 2 workers before batching wrote, decodes too). A line
+// that is not a record is an error naming its number.
+func DecodeAuditRecords(data []byte) ([]AuditRecord, error) {
+	var out []AuditRecord
+	for i, line := range bytes.Split(data, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var rec AuditRecord
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return out, fmt.Errorf("audit message line %d: %w", i+1, err)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
 // CatalogEntry is a tool's definition in the capstan_tools bucket, keyed by name.
 type CatalogEntry struct {
 	Name              string          `json:"name"`
@@ -248,7 +290,10 @@ type CatalogEntry struct {
 	AlwaysInclude     bool            `json:"always_include"`
 	MaxResultChars    int             `json:"max_result_chars"`
 	Plugin            string          `json:"plugin,omitempty"`
-	Pool              string          `json:"pool"`
-	Workers           []string        `json:"workers"`
-	Updated           time.Time       `json:"updated"`
+	// SideEffects is the tool's side-effect class: none, idempotent or
+	// exclusive (only exclusive calls run under a lease).
+	SideEffects string    `json:"side_effects,omitempty"`
+	Pool        string    `json:"pool"`
+	Workers     []string  `json:"workers"`
+	Updated     time.Time `json:"updated"`
 }

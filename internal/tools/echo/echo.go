@@ -57,6 +57,7 @@ type args struct {
 func Tool() tool.Tool {
 	return tool.Tool{
 		Name:        Name,
+		SideEffects: tool.SideEffectsNone,
 		Description: "Returns text unchanged after emitting the given progress events and waiting sleep_ms milliseconds. For tests, demos and benchmarks.",
 		Schema:      json.RawMessage(schema),
 		Toolset:     "debug",

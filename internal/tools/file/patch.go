@@ -47,7 +47,8 @@ type patchArgs struct {
 //     list ends with ", …" (U+2026). The word is always "lines".
 func PatchFile() tool.Tool {
 	return tool.Tool{
-		Name: PatchFileName,
+		Name:        PatchFileName,
+		SideEffects: tool.SideEffectsExclusive,
 		Description: "Replaces the single occurrence of old_text in a file with new_text. old_text must match the file " +
 			"exactly (whitespace included) and occur once; fails with STALE_WRITE when the file changed since you last read it.",
 		Schema:       json.RawMessage(patchFileSchema),

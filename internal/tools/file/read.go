@@ -48,7 +48,8 @@ type readArgs struct {
 // tc.Reads. Untrusted output, max_result_chars 40,000.
 func ReadFile() tool.Tool {
 	return tool.Tool{
-		Name: ReadFileName,
+		Name:        ReadFileName,
+		SideEffects: tool.SideEffectsNone,
 		Description: "Reads a text file. Returns a header \"[<absolute path>] <N> lines\" and the content; " +
 			"give start_line/end_line (1-based, inclusive) to read part of a long file.",
 		Schema:            json.RawMessage(readFileSchema),

@@ -69,7 +69,8 @@ type searchArgs struct {
 // naming the parse error. Untrusted output.
 func SearchFiles() tool.Tool {
 	return tool.Tool{
-		Name: SearchFilesName,
+		Name:        SearchFilesName,
+		SideEffects: tool.SideEffectsNone,
 		Description: "Searches files for lines matching a Go regular expression and returns them as " +
 			"\"<path>:<line>: <text>\". Skips .git, node_modules, binary files and files over 2 MB.",
 		Schema:            json.RawMessage(searchFilesSchema),

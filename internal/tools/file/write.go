@@ -32,7 +32,8 @@ type writeArgs struct {
 // bytes differ, and records the new mtime in tc.Reads.
 func WriteFile() tool.Tool {
 	return tool.Tool{
-		Name: WriteFileName,
+		Name:        WriteFileName,
+		SideEffects: tool.SideEffectsExclusive,
 		Description: "Writes a file, replacing its whole content and creating missing parent directories. " +
 			"Fails with STALE_WRITE when the file changed since you last read it: re-read it first.",
 		Schema:       json.RawMessage(writeFileSchema),

@@ -116,6 +116,7 @@ type listArgs struct {
 func Get() tool.Tool {
 	return tool.Tool{
 		Name:         GetName,
+		SideEffects:  tool.SideEffectsNone,
 		Description:  "Reads a value this session stored with kv_set.",
 		Schema:       json.RawMessage(getSchema),
 		Toolset:      Toolset,
@@ -152,6 +153,7 @@ func executeGet(ctx context.Context, raw json.RawMessage, tc *tool.Context) (too
 func Set() tool.Tool {
 	return tool.Tool{
 		Name:         SetName,
+		SideEffects:  tool.SideEffectsIdempotent,
 		Description:  "Stores a value under a key for the rest of this session (or ttl_seconds), replacing any earlier value.",
 		Schema:       json.RawMessage(setSchema),
 		Toolset:      Toolset,
@@ -187,6 +189,7 @@ func executeSet(ctx context.Context, raw json.RawMessage, tc *tool.Context) (too
 func Delete() tool.Tool {
 	return tool.Tool{
 		Name:         DeleteName,
+		SideEffects:  tool.SideEffectsIdempotent,
 		Description:  "Deletes a key this session stored with kv_set.",
 		Schema:       json.RawMessage(deleteSchema),
 		Toolset:      Toolset,
@@ -215,6 +218,7 @@ func executeDelete(ctx context.Context, raw json.RawMessage, tc *tool.Context) (
 func List() tool.Tool {
 	return tool.Tool{
 		Name:         ListName,
+		SideEffects:  tool.SideEffectsNone,
 		Description:  "Lists the keys this session stored with kv_set, sorted, optionally only those starting with prefix.",
 		Schema:       json.RawMessage(listSchema),
 		Toolset:      Toolset,

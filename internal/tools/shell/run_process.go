@@ -65,7 +65,8 @@ type runProcessArgs struct {
 // anything was captured.
 func RunProcess() tool.Tool {
 	return tool.Tool{
-		Name: RunProcessName,
+		Name:        RunProcessName,
+		SideEffects: tool.SideEffectsExclusive,
 		Description: "Runs one program with an argument list (no shell) and returns its exit code, stdout and stderr. " +
 			"A non-zero exit code is reported, not treated as an error. Use env for extra environment variables and timeout_ms (default 60000) to bound it.",
 		Schema:       json.RawMessage(runProcessSchema),

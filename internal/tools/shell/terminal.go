@@ -64,7 +64,8 @@ func Terminal() tool.Tool { return terminal(progressInterval) }
 // terminal returns the terminal tool reporting progress every interval.
 func terminal(interval time.Duration) tool.Tool {
 	return tool.Tool{
-		Name: TerminalName,
+		Name:        TerminalName,
+		SideEffects: tool.SideEffectsExclusive,
 		Description: "Runs a shell command line with bash -c and returns its output (stdout, then stderr). " +
 			"A non-zero exit status is an error that includes the output. Use cwd to choose the directory and timeout_ms (default 30000) to bound long commands.",
 		Schema:            json.RawMessage(terminalSchema),

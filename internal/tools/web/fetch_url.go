@@ -93,7 +93,8 @@ type fetchURLArgs struct {
 // 2^20 bytes, host as in the final URL), best effort.
 func FetchURL() tool.Tool {
 	return tool.Tool{
-		Name: FetchURLName,
+		Name:        FetchURLName,
+		SideEffects: tool.SideEffectsNone,
 		Description: "Fetches a web page (HTTP GET) and returns its readable text: HTML is reduced to " +
 			"headings, paragraphs, lists, tables and [link text](url), without scripts, styles or navigation; " +
 			"other text (JSON, plain text, XML) is returned as is. The result starts with the final URL after " +

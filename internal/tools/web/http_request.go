@@ -121,7 +121,8 @@ type httpRequestArgs struct {
 // personality."; a value with a line break or NUL is execution_failed.
 func HTTPRequest() tool.Tool {
 	return tool.Tool{
-		Name: HTTPRequestName,
+		Name:        HTTPRequestName,
+		SideEffects: tool.SideEffectsExclusive,
 		Description: "Sends one HTTP request (GET, POST, PUT, PATCH, DELETE or HEAD) and returns the status line, " +
 			"the response headers and the body, whatever the status. To authenticate, name a secret in " +
 			"auth_secret: its value is sent as the Authorization header (\"Bearer <value>\" by default), only to the hosts " +

@@ -1,0 +1,51 @@
+// Package worker builds a Capstan worker: it pulls tool calls from its pool's
+// JetStream consumer, checks each against the capability policy, runs the
+// tool with scoped access, and publishes exactly one result per call.
+//
+// # A call's life, in the order the code runs it
+//
+// Run (worker.go) connects, opens the buckets, loads the personalities and
+// watches them, registers the tools in the catalog, subscribes to cancel
+// requests and watches the cancels bucket (cancel.go: every cancel request
+// is booked in memory), and starts one handler goroutine per slot. pull
+// fetches at most as many calls as there are free slots and hands each to a
+// handler.
+//
+// handle (call.go) owns one delivery from decode to ack:
+//
+//  1. Decode the subject and the body; a malformed call is answered and
+//     dead-lettered (rejectMalformed). The subject's personality decides;
+//     a body naming another is refused.
+//  2. The results stream is the ledger. On a redelivery, and before a call
+//     of an exclusive tool (tool.SideEffects), storedResult reads the
+//     call's result subject; a call already answered is audited and acked
+//     without running (answeredBefore).
+//  3. inflight.add registers the call, and gives it the cancel request
+//     booked for it, if any, under the same lock that books requests.
+//  4. An exclusive call takes its fenced lease (lease.go); the heartbeat
+//     sends InProgress and refreshes the lease every AckWait/3. Other calls
+//     have a nil lease, which holds nothing.
+//  5. process (pipeline.go) runs the gates in the order of
+//     docs/capabilities.md (admit), then the tool with its scoped
+//     accessors, the reducer, redaction and the result budget (run),
+//     and plans a blob for an output too large for the result (blob.go).
+//  6. deliver publishes the result with bus.PublishFirst: the results
+//     stream stores the first result of a call and refuses any later one
+//     (lostRace acks a run that lost). A publish that may succeed later is
+//     retried for ResultRetryLimit; one that never can dead-letters the
+//     call (publish.go).
+//  7. completed writes the audit record (audit.go: records are stored in
+//     batches by group commit) and, once it is stored, acks the call
+//     without waiting for the server, and releases the lease.
+//
+// What happens to a delivery is one of: answer it (publish a result, audit,
+// ack), hand it back (Nak(0): shutdown), retry it later (retryLater: Nak
+// with backoff after an infrastructure fault, the reason kept in the
+// failures bucket), drop it (another run answers: a lost lease, a lost
+// race), or terminate it (a dead letter that cannot be written for good).
+// Deliveries that run out of MaxDeliver come back as advisories and are
+// abandoned with a dead letter and an abandonment result (deadletter.go).
+//
+// docs/protocol.md ("Delivery, leases and retries") and docs/reliability.md
+// state the guarantees this code keeps and the tests that prove them.
+package worker
