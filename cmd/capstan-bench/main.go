@@ -6,6 +6,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -58,6 +59,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	var scenarios, jsonPath, cpuProfile, memProfile string
 	var quiet, serverProcess bool
 	var serveDir string
+	var soak int
 	fs.DurationVar(&cfg.Duration, "duration", 0, "measured time of each run (default 5s)")
 	fs.DurationVar(&cfg.Warmup, "warmup", 0, "load before each measurement (default 1s)")
 	fs.IntVar(&cfg.Repeats, "repeats", 0, "runs of every scenario, interleaved; medians and min–max are reported (default 3)")
@@ -74,6 +76,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&serverProcess, "server-process", false, "run the embedded server in a child process, so the garbage collector of the benchmark's process does not mark the server's heap")
+	fs.IntVar(&soak, "soak", 0, "instead of the scenarios, answer this many echo calls at saturation and print the server's state before and after (memory, and every stream's messages, bytes and keys)")
 	fs.StringVar(&serveDir, "serve", "", "run only the embedded server, storing in this directory, print its URL and serve until stdin closes (what -server-process runs)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -94,6 +97,22 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	}
 	if !quiet {
 		cfg.Progress = stderr
+	}
+	if soak != 0 {
+		if soak < 0 {
+			return fmt.Errorf("-soak must be a positive number of calls, got %d", soak)
+		}
+		rep, err := bench.Soak(ctx, bench.SoakConfig{Calls: soak, Concurrency: cfg.Concurrency, ArgBytes: cfg.ArgBytes,
+			Dir: cfg.DataDir, Progress: cfg.Progress})
+		if err != nil {
+			return err
+		}
+		if jsonPath != "" {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(rep)
+		}
+		return rep.WriteTable(stdout)
 	}
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)

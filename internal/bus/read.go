@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -329,4 +331,37 @@ func ParseMaxDeliveries(data []byte) (MaxDeliveries, error) {
 		return MaxDeliveries{}, fmt.Errorf("bus: not a max-deliveries advisory: %q", data)
 	}
 	return a, nil
+}
+
+// StreamState is what a stream holds: messages, bytes and distinct subjects
+// (for a KV bucket's stream, the subjects are its keys, delete and purge
+// markers included).
+type StreamState struct {
+	Name     string
+	Msgs     uint64
+	Bytes    uint64
+	Subjects int
+}
+
+// StreamStates returns the state of every stream of the server, sorted by
+// name.
+func (c *Conn) StreamStates(ctx context.Context) ([]StreamState, error) {
+	var out []StreamState
+	names := c.js.StreamNames(ctx)
+	for name := range names.Name() {
+		s, err := c.js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("bus: stream %s: %w", name, err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("bus: stream %s: %w", name, err)
+		}
+		out = append(out, StreamState{Name: name, Msgs: info.State.Msgs, Bytes: info.State.Bytes, Subjects: int(info.State.NumSubjects)})
+	}
+	if err := names.Err(); err != nil {
+		return nil, fmt.Errorf("bus: list streams: %w", err)
+	}
+	slices.SortFunc(out, func(a, b StreamState) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }
