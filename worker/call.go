@@ -213,7 +213,7 @@ func (w *Worker) answeredBefore(ctx context.Context, m *bus.Msg, call *protocol.
 	if json.Unmarshal(stored.Data, &o.result) != nil {
 		o.result = protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool}
 	}
-	if err := w.audit(call, o, int(m.Deliveries)); err != nil {
+	if err := w.audit(ctx, call, o, int(m.Deliveries)); err != nil {
 		w.retryLater(m, call, fmt.Errorf("write audit record: %w", err))
 		return
 	}
@@ -345,7 +345,7 @@ func (w *Worker) publish(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 // be stored leaves the call unacknowledged for a redelivery, which finds
 // the result and writes the record then (answeredBefore).
 func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome, l *lease) {
-	if err := w.audit(call, o, int(m.Deliveries)); err != nil {
+	if err := w.audit(ctx, call, o, int(m.Deliveries)); err != nil {
 		w.retryLater(m, call, fmt.Errorf("write audit record: %w", err))
 	} else {
 		w.ack(m, call.CallID)

@@ -50,7 +50,7 @@ func (w *Worker) rejectMalformed(ctx context.Context, m *bus.Msg, tokens protoco
 	}
 	w.ack(m, callID)
 	bad.Tool = toolTok
-	w.audit(&bad, refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()), int(m.Deliveries))
+	w.audit(ctx, &bad, refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()), int(m.Deliveries))
 	setOutcome(ctx, "dead_lettered")
 	w.log.WarnContext(ctx, "undecodable call dead-lettered", "subject", m.Subject, "error", cause)
 }
@@ -210,7 +210,7 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 		}
 		o.bytes = size
 		w.recordAnswer(ctx, &call, o)
-		_ = w.audit(&call, o, int(a.Deliveries))
+		_ = w.audit(ctx, &call, o, int(a.Deliveries))
 	}
 	if err := w.conn.DeleteMsg(ctx, w.names.CallsStream(), a.StreamSeq); err != nil {
 		return err

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -66,7 +67,7 @@ func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progre
 // rest counted): a record stays within a few KiB. Records are stored in
 // batches (auditLog); audit returns once the call's record is stored, or
 // with the reason it could not be.
-func (w *Worker) audit(call *protocol.Call, o outcome, deliveries int) error {
+func (w *Worker) audit(ctx context.Context, call *protocol.Call, o outcome, deliveries int) error {
 	toolTok := call.Tool
 	if !protocol.ValidToken(toolTok) {
 		toolTok = invalidToolToken
@@ -91,7 +92,7 @@ func (w *Worker) audit(call *protocol.Call, o outcome, deliveries int) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := w.opCtx()
+	ctx, cancel := w.boundCtx(ctx)
 	defer cancel()
 	select {
 	case err = <-w.audits.write(subject, line):
@@ -99,7 +100,7 @@ func (w *Worker) audit(call *protocol.Call, o outcome, deliveries int) error {
 		err = ctx.Err()
 	}
 	if err != nil {
-		w.log.Warn("cannot write audit record", "call_id", call.CallID, "error", err)
+		w.log.WarnContext(ctx, "cannot write audit record", "call_id", call.CallID, "error", err)
 	}
 	return err
 }

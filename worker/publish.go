@@ -161,11 +161,11 @@ func (w *Worker) undeliverable(ctx context.Context, m *bus.Msg, call *protocol.C
 			"error", cause, "dead_letter_error", err)
 		_ = m.Term(reason)
 		setOutcome(ctx, "terminated")
-		w.audit(call, failed(o, reason), int(m.Deliveries))
+		w.audit(ctx, call, failed(o, reason), int(m.Deliveries))
 		return
 	}
 	w.ack(m, call.CallID)
-	w.audit(call, failed(o, reason), int(m.Deliveries))
+	w.audit(ctx, call, failed(o, reason), int(m.Deliveries))
 	setOutcome(ctx, "dead_lettered")
 	w.log.ErrorContext(ctx, "result not publishable; call dead-lettered", "call_id", call.CallID, "tool", call.Tool, "error", cause)
 }

@@ -111,6 +111,32 @@ func TestCancelBeforeStart(t *testing.T) {
 	require.Zero(t, r.DurationMS)
 }
 
+// TestCancelBeforeTheWorkerStarted: a worker that starts after a cancel
+// request was sent (and recorded by another worker) finds it in the cancels
+// bucket when it starts, and never starts the call.
+func TestCancelBeforeTheWorkerStarted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// A worker of another pool (a tool name belongs to one pool) receives
+	// the request and records it.
+	other := echo.Tool()
+	other.Name = "other_echo"
+	e.start(worker.Config{Pool: "other", WorkerID: "other-1"}, other)
+	require.NoError(t, e.conn.PublishCore("capstan.cancel.default.late", []byte(`{"reason":"changed my mind"}`), nil))
+	kv, err := e.conn.KV(ctxT(t), bus.Cancels)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, found, err := kv.Get(ctxT(t), "default.late")
+		return err == nil && found
+	}, 10*time.Second, 10*time.Millisecond, "the first worker records the cancel request")
+	e.call(protocol.Call{CallID: "late", Tool: "echo", Args: json.RawMessage(`{"text":"x"}`)})
+	// The call's pool gets its first worker only now.
+	e.start(worker.Config{WorkerID: "default-1"})
+	r := e.result("late", "late")
+	require.Equal(t, "cancelled: changed my mind", r.Error)
+	require.Zero(t, r.DurationMS)
+}
+
 func TestTimeouts(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
