@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"text/tabwriter"
 
@@ -90,11 +89,7 @@ func (a *app) explainPersonality(ctx context.Context, c *client.Client, id strin
 		return nil, exitCode(err), false
 	}
 	// ${HOME} is this process's, as for personality validate and tools --personality.
-	home, _ := os.UserHomeDir()
-	p, err := capability.Parse(doc, capability.Env{Home: home})
-	if err == nil && p.ID != id {
-		err = fmt.Errorf("document id %q does not match its key %q", p.ID, id)
-	}
+	p, err := explain.Parse(doc, id)
 	if err != nil {
 		a.errorf("explain: Personality %s is invalid: %v", id, err)
 		return nil, exitFailed, false
