@@ -117,18 +117,66 @@ func (a *app) catalogTools(ctx context.Context, c *client.Client) ([]*tool.Tool,
 }
 
 // printJSON prints v as indented JSON on stdout, with <, > and & as they
-// are (JSON for people; capability values such as scope ids hold them).
+// are (marshalJSON).
 func (a *app) printJSON(cmd string, v any) int {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	b, err := marshalJSON(v, true)
+	if err != nil {
 		a.errorf("%s: %v", cmd, err)
 		return exitUsage
 	}
-	_, _ = a.stdout.Write(b.Bytes())
+	_, _ = a.stdout.Write(b)
 	return exitOK
+}
+
+// marshalJSON encodes v as JSON for people, ending with a newline: <, >
+// and & are printed as they are rather than as \u003c etc. (untrusted
+// output is wrapped in <untrusted ...> tags, and capability values such as
+// scope ids hold them); indented when indent is true.
+func marshalJSON(v any, indent bool) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	// A MarshalJSON method (protocol.Result's) escapes with json.Marshal,
+	// which SetEscapeHTML cannot undo.
+	return unescapeHTML(b.Bytes()), nil
+}
+
+// unescapeHTML turns the escapes \u003c, \u003e and \u0026 of encoded JSON
+// back into <, > and &. A backslash only occurs inside strings and always
+// starts an escape, so escapes are read pairwise: "\\u003c" (an escaped
+// backslash, then the text u003c) stays as it is.
+func unescapeHTML(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u00`)) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		if b[i+1] == 'u' && i+6 <= len(b) {
+			switch string(b[i : i+6]) {
+			case `\u003c`:
+				out, i = append(out, '<'), i+5
+				continue
+			case `\u003e`:
+				out, i = append(out, '>'), i+5
+				continue
+			case `\u0026`:
+				out, i = append(out, '&'), i+5
+				continue
+			}
+		}
+		out, i = append(out, b[i], b[i+1]), i+1
+	}
+	return out
 }
 
 // printExplanations writes the human form: a summary line when the whole

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,5 +51,64 @@ func TestLocalModeKeepsThePoolLogsOutOfTheAnswer(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 		})
+	}
+}
+
+// TestJSONForPeopleKeepsAngleBrackets: results printed as JSON (call
+// --json, batch, tools --json) show <, > and & as they are.
+func TestJSONForPeopleKeepsAngleBrackets(t *testing.T) {
+	t.Parallel()
+	noServer := func(a *app) { a.probeURL = "nats://127.0.0.1:1" }
+	dataDir := t.TempDir()
+	env := map[string]string{"CAPSTAN_DATA_DIR": dataDir, "CAPSTAN_CONCURRENCY": "2", "CAPSTAN_TOOLS": "echo"}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		stdin string
+	}{
+		{"call --json", []string{"call", "echo", "--json", "--args", `{"text":"<b> & </b>"}`}, ""},
+		{"batch", []string{"batch", "-"}, `{"tool":"echo","args":{"text":"<b> & </b>"}}` + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runApp(t, ctxT(t), noServer, env, tc.stdin, tc.args...)
+			require.Equal(t, exitOK, code, stderr)
+			require.Contains(t, stdout, `<b> & </b>`)
+			require.NotContains(t, stdout, `\u003c`)
+			require.NotContains(t, stdout, `\u0026`)
+			require.True(t, strings.HasSuffix(stdout, "}\n"), "one line per result: %q", stdout)
+		})
+	}
+}
+
+func TestMarshalJSON(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		indent bool
+		want   string
+	}{
+		{false, "{\"v\":\"<untrusted> & </untrusted>\"}\n"},
+		{true, "{\n  \"v\": \"<untrusted> & </untrusted>\"\n}\n"},
+	} {
+		got, err := marshalJSON(map[string]string{"v": "<untrusted> & </untrusted>"}, tc.indent)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, string(got))
+	}
+}
+
+func TestUnescapeHTML(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"v":"\u003cb\u003e \u0026"}`: `{"v":"<b> &"}`,
+		`{"v":"\\u003c"}`:              `{"v":"\\u003c"}`, // the text \u003c, escaped backslash
+		`{"v":"\\\u003c"}`:             `{"v":"\\<"}`,
+		`{"v":"\u00e9 \n \" \u003e"}`:  `{"v":"\u00e9 \n \" >"}`,
+		`{"v":"plain"}`:                `{"v":"plain"}`,
+		`{"v":"\u2028"}`:               `{"v":"\u2028"}`,
+	} {
+		require.Equal(t, want, string(unescapeHTML([]byte(in))), in)
+		var a, b any
+		require.NoError(t, json.Unmarshal([]byte(in), &a))
+		require.NoError(t, json.Unmarshal(unescapeHTML([]byte(in)), &b))
+		require.Equal(t, a, b, "same value after unescaping: %s", in)
 	}
 }
