@@ -43,16 +43,21 @@ type Token struct {
 	Name string `json:"name"`
 }
 
-// Check reports what is wrong with t, naming the field; what names the
-// token in the message.
+// Check reports everything that is wrong with t, naming the field; what
+// names the token in the message.
 func (t Token) Check(what string) error {
+	var problems []string
 	switch {
 	case len(t.Token) < MinTokenLength:
-		return fmt.Errorf("%s: token must be at least %d characters", what, MinTokenLength)
+		problems = append(problems, fmt.Sprintf("%s: token must be at least %d characters", what, MinTokenLength))
 	case strings.IndexFunc(t.Token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
-		return fmt.Errorf("%s: token must not hold spaces or control characters", what)
-	case t.Role != RoleViewer && t.Role != RoleOperator:
-		return fmt.Errorf("%s: role must be viewer or operator, got %q", what, t.Role)
+		problems = append(problems, what+": token must not hold spaces or control characters")
+	}
+	if t.Role != RoleViewer && t.Role != RoleOperator {
+		problems = append(problems, fmt.Sprintf("%s: role must be viewer or operator, got %q", what, t.Role))
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
 }

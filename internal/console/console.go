@@ -98,7 +98,7 @@ func New(cfg Config) (*Console, error) {
 		return nil, fmt.Errorf("console: Config.TraceURL %q must hold {trace_id}", cfg.TraceURL)
 	}
 	c := &Console{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), auth: newAuth(cfg.Tokens)}
-	c.feed = newFeed(cfg.Conn.Names().Prefix(), c.toolPools)
+	c.feed = newFeed(c.toolPools)
 	pages, err := parsePages()
 	if err != nil {
 		return nil, fmt.Errorf("console: templates: %w", err)

@@ -64,7 +64,6 @@ type toolStats struct {
 // buckets (pool view). One goroutine per subscription writes into it under
 // mu; the SSE handlers read snapshots and wait on changes.
 type feed struct {
-	prefix  string
 	catalog func() map[string]string // tool -> pool
 
 	mu       sync.Mutex
@@ -82,9 +81,8 @@ type feed struct {
 	now      func() time.Time
 }
 
-func newFeed(prefix string, catalog func() map[string]string) *feed {
+func newFeed(catalog func() map[string]string) *feed {
 	return &feed{
-		prefix:   prefix,
 		catalog:  catalog,
 		audits:   make(map[string]protocol.AuditRecord),
 		workers:  make(map[string]*workerRow),
