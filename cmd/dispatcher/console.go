@@ -99,6 +99,9 @@ func (a *app) cmdConsole(ctx context.Context, args []string) int {
 		access = fmt.Sprintf("%d token(s); every request needs one", len(tokens))
 	}
 	a.errorf("console: serving http://%s (%s)", ln.Addr(), access)
+	if a.local != nil {
+		a.errorf("console: local mode: other dispatcher commands reach this pool with CAPSTAN_NATS_URL=%s and the same CAPSTAN_DATA_DIR", a.natsURL)
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
