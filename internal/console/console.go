@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capstanhq/capstan/client"
@@ -78,6 +79,9 @@ type Console struct {
 	readyMu   sync.Mutex
 	ready     *worker.Readiness
 	readyTime time.Time
+
+	// pools caches the catalog's tool -> pool map, kept current by Start.
+	pools atomic.Pointer[map[string]string]
 }
 
 // New checks cfg and builds a Console; the live views move once Start has
@@ -111,18 +115,44 @@ func New(cfg Config) (*Console, error) {
 // Start starts following the NATS subjects and returns once the feed is
 // subscribed; stop ends it.
 func (c *Console) Start(ctx context.Context) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			changed := c.cfg.Client.CatalogChanged()
+			m := c.catalogPools()
+			c.pools.Store(&m)
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+		}
+	}()
 	s, err := c.feed.start(ctx, c.cfg.Conn)
 	if err != nil {
+		cancel()
+		<-done
 		return nil, fmt.Errorf("console: follow the pool: %w", err)
 	}
-	return s, nil
+	return func() { s(); cancel(); <-done }, nil
 }
 
 // ServeHTTP serves the console.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
 
-// toolPools maps each catalog tool to its pool.
+// toolPools maps each catalog tool to its pool, from the cache Start keeps
+// current.
 func (c *Console) toolPools() map[string]string {
+	if m := c.pools.Load(); m != nil {
+		return *m
+	}
+	return c.catalogPools()
+}
+
+// catalogPools reads the tool -> pool map of the client's catalog.
+func (c *Console) catalogPools() map[string]string {
 	entries, err := c.cfg.Client.Tools(context.Background())
 	if err != nil {
 		return nil
