@@ -176,6 +176,7 @@ func (c *Console) routes() {
 	m.Handle("GET /calls", c.viewer(c.callsPage))
 	m.Handle("GET /events/calls", c.viewer(c.callEvents))
 	m.Handle("GET /calls/{id}", c.viewer(c.callPage))
+	m.Handle("GET /events/calls/{id}", c.viewer(c.oneCallEvents))
 	m.Handle("POST /calls/{id}/cancel", c.operator("cancel", c.cancelCall))
 	m.Handle("GET /search", c.viewer(c.search))
 	m.Handle("GET /batches/{id}", c.viewer(c.batchPage))

@@ -401,3 +401,31 @@ func TestPoolEventsStream(t *testing.T) {
 	}
 	require.Contains(t, data.String(), `data-worker="console-worker"`)
 }
+
+func TestCallPageFollowsARunningCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, srv := e.serve(t, testTokens)
+	id := client.NewID()
+	code, body := do(t, "GET", srv.URL+"/calls/"+id, viewerToken)
+	require.Equal(t, http.StatusNotFound, code)
+	require.Contains(t, body, `sse-connect="/events/calls/`+id+`"`, "a call without a result is followed live")
+
+	req, err := http.NewRequestWithContext(ctxT(t), "GET", srv.URL+"/events/calls/"+id, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+viewerToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	call := client.Call{CallID: id, Tool: "steps", SessionID: "s", Args: json.RawMessage(`{}`)}
+	require.NoError(t, e.client.Submit(ctxT(t), &call))
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `<pre id="result-value">done</pre>`) {
+			return
+		}
+	}
+	t.Fatalf("the call's result never came over the event stream: %v", sc.Err())
+}

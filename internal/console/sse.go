@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
 )
 
 // Pacing of the live views: a view is sent again at most once per
@@ -125,6 +128,72 @@ func (c *Console) callEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			fl.Flush()
+		}
+	}
+}
+
+// oneCallEvents sends the body of a call's page (event "call") again
+// whenever a progress event or a result of the call is stored, at most once
+// per second, until the client leaves.
+func (c *Console) oneCallEvents(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := protocol.CheckToken("call_id", id); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx := r.Context()
+	n := c.cfg.Conn.Names()
+	changed := make(chan struct{}, 1)
+	poke := func(*bus.Msg) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	stopProgress, err := c.cfg.Conn.Tail(ctx, n.ProgressStream(), []string{n.Prefix() + ".progress.*.*.*." + id}, bus.FromNew, poke)
+	if err != nil {
+		http.Error(w, "progress: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer stopProgress()
+	// From the start: a result stored before the page connected counts.
+	stopResults, err := c.cfg.Conn.Tail(ctx, n.ResultsStream(), []string{n.Prefix() + ".result.*.*." + id}, bus.FromStart, poke)
+	if err != nil {
+		http.Error(w, "results: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer stopResults()
+	fl, ok := sse(w)
+	if !ok {
+		return
+	}
+	ping := time.NewTicker(15 * time.Second)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ping.C:
+			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
+				return
+			}
+			fl.Flush()
+			continue
+		case <-changed:
+		}
+		html, err := c.fragment("call.html", "callbody", c.loadCall(r, id))
+		if err != nil {
+			c.log.ErrorContext(ctx, "console: render call", "error", err)
+			return
+		}
+		if writeEvent(w, "call", html) != nil {
+			return
+		}
+		fl.Flush()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(minInterval):
 		}
 	}
 }
