@@ -19,7 +19,7 @@ import (
 type Role string
 
 // The two roles. A viewer sees everything; only an operator cancels calls,
-// redrives and purges dead letters.
+// redrives and purges dead letters, and changes personalities.
 const (
 	RoleViewer   Role = "viewer"
 	RoleOperator Role = "operator"

@@ -181,6 +181,8 @@ func (c *Console) routes() {
 	m.Handle("GET /search", c.viewer(c.search))
 	m.Handle("GET /batches/{id}", c.viewer(c.batchPage))
 	m.Handle("GET /explain", c.viewer(c.explainPage))
+	m.Handle("GET /personalities/{id}", c.viewer(c.personalityPage))
+	m.Handle("POST /personalities", c.operator("put personality", c.putPersonality))
 	m.Handle("GET /dlq", c.viewer(c.dlqPage))
 	m.Handle("GET /dlq/{id}", c.viewer(c.dlqShow))
 	m.Handle("POST /dlq/{id}/redrive", c.operator("redrive", c.redrive))

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"html"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -428,4 +430,51 @@ func TestCallPageFollowsARunningCall(t *testing.T) {
 		}
 	}
 	t.Fatalf("the call's result never came over the event stream: %v", sc.Err())
+}
+
+func TestPersonalityPage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, srv := e.serve(t, testTokens)
+	code, body := do(t, "GET", srv.URL+"/personalities/reader", viewerToken)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `<pre id="document">id: reader`)
+	require.Contains(t, body, "Only operators change personalities.")
+	code, body = do(t, "GET", srv.URL+"/personalities/reader", operatorToken)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `<textarea id="document" name="document"`)
+	code, _ = do(t, "GET", srv.URL+"/personalities/nobody", viewerToken)
+	require.Equal(t, http.StatusNotFound, code)
+
+	put := func(token, doc string) (int, string) {
+		req, err := http.NewRequestWithContext(ctxT(t), "POST", srv.URL+"/personalities", strings.NewReader(url.Values{"document": {doc}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("HX-Request", "true")
+		resp, err := noRedirect.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		name, token, doc string
+		want             int
+		body             string
+	}{
+		{"viewer", viewerToken, "id: writer\ntoolset: [echo]\n", http.StatusForbidden, "put personality needs the operator role"},
+		{"yes read as a boolean", operatorToken, "id: writer\nprocess: {allow: [yes]}\n", http.StatusUnprocessableEntity,
+			"process.allow[0]: must be a string, got the boolean true: YAML 1.1 reads yes, no, on and off"},
+		{"not a document", operatorToken, "- a\n", http.StatusUnprocessableEntity, "document must be a mapping of keys"},
+		{"stored", operatorToken, "id: writer\ntoolset: [echo]\n", http.StatusOK, "Stored personality writer."},
+	} {
+		code, body := put(tc.token, tc.doc)
+		require.Equal(t, tc.want, code, "%s: %s", tc.name, body)
+		require.Contains(t, body, tc.body, tc.name)
+	}
+	doc, err := e.client.Personality(ctxT(t), "writer")
+	require.NoError(t, err)
+	require.Equal(t, "id: writer\ntoolset: [echo]\n", string(doc))
 }

@@ -77,6 +77,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, da
 var titles = map[string]string{
 	"pool.html": "Pool", "calls.html": "Calls", "call.html": "Call", "explain.html": "Explain",
 	"dlq.html": "Dead letters", "deadletter.html": "Dead letter", "login.html": "Sign in", "batch.html": "Batch",
+	"personality.html": "Personality",
 }
 
 func (c *Console) renderTemplate(w http.ResponseWriter, r *http.Request, name, tmpl string, data any) {
@@ -665,4 +666,63 @@ func slicesSortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// ---- personalities
+
+type personalityView struct {
+	ID       string
+	Document string
+	Operator bool
+	Error    string
+}
+
+func (c *Console) personalityPage(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	v := personalityView{ID: id, Operator: identityOf(r.Context()).operator()}
+	ctx, cancel := readCtx(r)
+	defer cancel()
+	doc, err := c.cfg.Client.Personality(ctx, id)
+	switch {
+	case errors.Is(err, client.ErrUnknownPersonality):
+		v.Error = err.Error()
+		w.WriteHeader(http.StatusNotFound)
+	case err != nil:
+		v.Error = err.Error()
+		w.WriteHeader(http.StatusBadGateway)
+	default:
+		v.Document = string(doc)
+	}
+	c.render(w, r, "personality.html", v, identityOf(r.Context()))
+}
+
+// putPersonality validates the posted document against the catalog and
+// stores it, as "dispatcher personality put" does (client.PutPersonality);
+// a document with problems is refused with all of them (422).
+func (c *Console) putPersonality(w http.ResponseWriter, r *http.Request) {
+	who := identityOf(r.Context())
+	doc := r.PostFormValue("document")
+	ctx, cancel := readCtx(r)
+	defer cancel()
+	id, problems, err := c.cfg.Client.PutPersonality(ctx, []byte(doc))
+	if errors.Is(err, client.ErrInvalidPersonality) || (err == nil && id == "") {
+		c.audit(r.Context(), "put personality", id, who, fmt.Sprintf("refused: %d problems", len(problems)))
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		var b strings.Builder
+		b.WriteString(`<div class="error" role="alert"><p>Not stored:</p><ul>`)
+		for _, p := range problems {
+			b.WriteString("<li>" + template.HTMLEscapeString(p.String()) + "</li>")
+		}
+		b.WriteString("</ul></div>")
+		_, _ = w.Write([]byte(b.String()))
+		return
+	}
+	if err != nil {
+		c.audit(r.Context(), "put personality", id, who, "failed: "+err.Error())
+		http.Error(w, "put personality: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	c.audit(r.Context(), "put personality", id, who, "stored")
+	c.actionDone(w, r, "Stored personality "+id+".")
 }
