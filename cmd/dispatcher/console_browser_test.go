@@ -193,7 +193,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, "Sign in · Capstan console", title)
 
 	// Pool view: the worker and its slots.
-	require.NoError(t, chromedp.Do(ctx, signIn(browserViewer), chromedp.WaitVisible(css(`tr[data-worker="browser-worker"]`))))
+	require.NoError(t, chromedp.Do(ctx, signIn(browserViewer), chromedp.WaitVisible(css(`tr[data-worker="browser-worker"]`)),
+		chromedp.WaitReady(css(`[sse-connect][data-sse="open"]`))))
+	require.Equal(t, "Live: connected.", text("[data-live-status]"))
 	workerRow := text(`tr[data-worker="browser-worker"]`)
 	require.Contains(t, workerRow, "3 of 3")
 	require.Contains(t, workerRow, "ready")
@@ -208,8 +210,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(css(`tr[data-tool="echo"]`)), chromedp.WaitVisible(css(`svg.bars`)), shot("pool.png")))
 
 	// The live tail: a call made after the page opened appears in it.
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/calls?tool=steps"), chromedp.WaitVisible(css("#tail")),
-		chromedp.Sleep(500*time.Millisecond))) // the event stream connects after the page loads
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/calls?tool=steps"),
+		chromedp.WaitReady(css(`[sse-connect][data-sse="open"]`)))) // the event stream is open
 	call := client.Call{CallID: client.NewID(), BatchID: "browser-batch", Tool: "steps", SessionID: "s", Args: json.RawMessage(`{}`)}
 	require.NoError(t, c.Submit(ctxT(t), &call))
 	row := `tr[data-call="` + call.CallID + `"]`

@@ -61,6 +61,9 @@ func TestAccess(t *testing.T) {
 		{"operator redrives nothing", "POST", "/dlq/nothing-here/redrive", operatorToken, http.StatusNotFound, "no dead letter for call nothing-here"},
 		{"operator purges nothing", "POST", "/dlq/nothing-here/purge", operatorToken, http.StatusNotFound, "no dead letter for call nothing-here"},
 		{"bad call id", "GET", "/calls/a.b", viewerToken, http.StatusBadRequest, `call_id "a.b" must match`},
+		{"bad call id to cancel", "POST", "/calls/a.b/cancel", operatorToken, http.StatusBadRequest, `call_id "a.b" must match`},
+		{"bad call id to redrive", "POST", "/dlq/a.b/redrive", operatorToken, http.StatusBadRequest, `call_id "a.b" must match`},
+		{"unknown page", "GET", "/nowhere", viewerToken, http.StatusNotFound, "404"},
 		{"static files need no token", "GET", "/static/htmx.min.js", "", http.StatusOK, "htmx"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -379,6 +382,17 @@ func TestCancelAsOperator(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no cancel request published")
 	}
+
+	req, err := http.NewRequestWithContext(ctxT(t), "POST", srv.URL+"/calls/c-9/cancel", strings.NewReader("personality=a.b"))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+operatorToken)
+	resp, err := noRedirect.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, string(b), "cancel c-9: personality: ")
 }
 
 func TestPoolEventsStream(t *testing.T) {

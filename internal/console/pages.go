@@ -360,12 +360,14 @@ func (c *Console) cancelCall(w http.ResponseWriter, r *http.Request) {
 	}
 	personality := cmp.Or(r.PostFormValue("personality"), c.cfg.Client.PersonalityID())
 	cl, err := c.cfg.Client.WithPersonality(personality)
-	if err == nil {
-		ctx, cancel := readCtx(r)
-		defer cancel()
-		err = cl.Cancel(ctx, id, "cancelled from the console by "+who.Name)
-	}
 	if err != nil {
+		c.audit(r.Context(), "cancel", id, who, "refused: "+err.Error())
+		http.Error(w, "cancel "+id+": personality: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := readCtx(r)
+	defer cancel()
+	if err := cl.Cancel(ctx, id, "cancelled from the console by "+who.Name); err != nil {
 		c.audit(r.Context(), "cancel", id, who, "failed: "+err.Error())
 		http.Error(w, "cancel "+id+": "+err.Error(), http.StatusBadGateway)
 		return

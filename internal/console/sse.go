@@ -88,13 +88,15 @@ func (c *Console) poolEvents(w http.ResponseWriter, r *http.Request) {
 // callEvents sends each new result that passes the request's filters as a
 // table row (event "result").
 func (c *Console) callEvents(w http.ResponseWriter, r *http.Request) {
+	// Counted before the response starts: a result stored once the client
+	// sees the stream open is sent.
+	seen := c.feed.count()
+	f := filterOf(r)
 	fl, ok := sse(w)
 	if !ok {
 		return
 	}
 	ctx := r.Context()
-	f := filterOf(r)
-	seen := c.feed.count()
 	ping := time.NewTicker(15 * time.Second)
 	defer ping.Stop()
 	for {
