@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
@@ -143,3 +144,5 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
