@@ -20,6 +20,9 @@ const (
 	auditIndex    = 5000 // audit records kept by call id
 	durationsKept = 256  // latencies kept per tool for p50/p99
 	rateWindow    = 60   // seconds of calls/s history per tool
+	latBucketSec  = 5    // seconds per latency bucket
+	latBuckets    = 12   // latency buckets kept (a minute)
+	latPerBucket  = 256  // latencies kept per bucket
 )
 
 // resultRow is one result as the tail shows it.
@@ -57,6 +60,10 @@ type toolStats struct {
 	durations []int64 // ring of the last durationsKept latencies
 	next      int
 	total     int
+	// lat holds the latencies of each latBucketSec-second bucket of the
+	// last minute, ring indexed by unix second / latBucketSec.
+	lat     [latBuckets][]int64
+	lastLat int64
 }
 
 // feed follows the NATS subjects the console shows: results (tail and
@@ -186,6 +193,10 @@ func (f *feed) onResult(m *bus.Msg) {
 func (ts *toolStats) add(sec, durationMS int64) {
 	ts.advance(sec)
 	ts.perSecond[sec%rateWindow]++
+	ts.advanceLat(sec / latBucketSec)
+	if b := &ts.lat[(sec/latBucketSec)%latBuckets]; len(*b) < latPerBucket {
+		*b = append(*b, durationMS)
+	}
 	if len(ts.durations) < durationsKept {
 		ts.durations = append(ts.durations, durationMS)
 	} else {
@@ -207,6 +218,39 @@ func (ts *toolStats) advance(sec int64) {
 	if sec > ts.lastSec {
 		ts.lastSec = sec
 	}
+}
+
+// advanceLat empties the latency buckets between the last one filled and
+// bucket.
+func (ts *toolStats) advanceLat(bucket int64) {
+	if ts.lastLat == 0 || bucket-ts.lastLat >= latBuckets {
+		ts.lat = [latBuckets][]int64{}
+	} else {
+		for b := ts.lastLat + 1; b <= bucket; b++ {
+			ts.lat[b%latBuckets] = nil
+		}
+	}
+	if bucket > ts.lastLat {
+		ts.lastLat = bucket
+	}
+}
+
+// latencySeries returns p50 and p99 in ms of each latency bucket of the
+// last minute up to now, oldest first (0 for a bucket without calls).
+func (ts *toolStats) latencySeries(now int64) (p50, p99 []float64) {
+	ts.advanceLat(now / latBucketSec)
+	p50, p99 = make([]float64, latBuckets), make([]float64, latBuckets)
+	for i := range latBuckets {
+		b := now/latBucketSec - int64(latBuckets-1-i)
+		d := slices.Clone(ts.lat[((b%latBuckets)+latBuckets)%latBuckets])
+		if len(d) == 0 {
+			continue
+		}
+		slices.Sort(d)
+		p50[i] = float64(d[min(len(d)-1, len(d)/2)])
+		p99[i] = float64(d[min(len(d)-1, int(0.99*float64(len(d))))])
+	}
+	return p50, p99
 }
 
 // series returns calls per second for the last rateWindow seconds up to
@@ -334,7 +378,9 @@ type toolSnapshot struct {
 	Tool     string
 	Pool     string
 	Series   []float64
-	Rate     float64 // calls/s over the last 10 s
+	P50s     []float64 // p50 per 5 s over the last minute
+	P99s     []float64 // p99 per 5 s over the last minute
+	Rate     float64   // calls/s over the last 10 s
 	P50, P99 int64
 	Total    int
 }
@@ -373,11 +419,12 @@ func (f *feed) snapshot() poolSnapshot {
 		ts := f.tools[name]
 		s := ts.series(now)
 		p50, p99 := ts.percentiles()
+		p50s, p99s := ts.latencySeries(now)
 		recent := 0.0
 		for _, v := range s[len(s)-10:] {
 			recent += v
 		}
-		out.Tools = append(out.Tools, toolSnapshot{Tool: name, Pool: pools[name], Series: s, Rate: recent / 10, P50: p50, P99: p99, Total: ts.total})
+		out.Tools = append(out.Tools, toolSnapshot{Tool: name, Pool: pools[name], Series: s, P50s: p50s, P99s: p99s, Rate: recent / 10, P50: p50, P99: p99, Total: ts.total})
 		out.Rate += recent / 10
 	}
 	for code, n := range f.failures {

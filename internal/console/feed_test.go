@@ -47,3 +47,21 @@ func TestTraceID(t *testing.T) {
 		require.Equal(t, want, traceID(in), in)
 	}
 }
+
+func TestLatencySeries(t *testing.T) {
+	t.Parallel()
+	var ts toolStats
+	for i := range 100 {
+		ts.add(1000, int64(i+1)) // bucket 200
+	}
+	ts.add(1011, 700) // bucket 202
+	p50, p99 := ts.latencySeries(1014)
+	require.Len(t, p50, latBuckets)
+	require.Equal(t, []float64{51, 0, 700}, p50[latBuckets-3:])
+	require.Equal(t, []float64{100, 0, 700}, p99[latBuckets-3:])
+	p50, _ = ts.latencySeries(1014 + latBucketSec*latBuckets)
+	require.Equal(t, make([]float64, latBuckets), p50, "a minute later every bucket is empty")
+	svg := string(latencyLines([]float64{1, 2}, []float64{3, 4}, "echo latency"))
+	require.Equal(t, 2, strings.Count(svg, "<polyline"))
+	require.Contains(t, svg, `aria-label="echo latency"`)
+}

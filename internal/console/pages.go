@@ -27,6 +27,7 @@ import (
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
 		"sparkline":   sparkline,
+		"latency":     latencyLines,
 		"failureBars": failureBars,
 		"ms":          func(v int64) string { return fmt.Sprintf("%d ms", v) },
 		"rate":        func(v float64) string { return fmt.Sprintf("%.1f/s", v) },

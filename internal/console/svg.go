@@ -31,6 +31,38 @@ func sparkline(values []float64, label string) template.HTML {
 		w, h, w, h, template.HTMLEscapeString(label), template.HTMLEscapeString(label), strings.TrimSpace(pts.String())))
 }
 
+// latencyLines draws p50 (solid) and p99 (dashed) on one scale as an inline
+// SVG, labelled for screen readers.
+func latencyLines(p50, p99 []float64, label string) template.HTML {
+	const w, h = 120.0, 24.0
+	maxV := 0.0
+	for _, v := range p99 {
+		maxV = math.Max(maxV, v)
+	}
+	for _, v := range p50 {
+		maxV = math.Max(maxV, v)
+	}
+	line := func(values []float64) string {
+		var pts strings.Builder
+		for i, v := range values {
+			x := 0.0
+			if len(values) > 1 {
+				x = float64(i) * w / float64(len(values)-1)
+			}
+			y := h - 1
+			if maxV > 0 {
+				y = h - 1 - v/maxV*(h-2)
+			}
+			fmt.Fprintf(&pts, "%.1f,%.1f ", x, y)
+		}
+		return strings.TrimSpace(pts.String())
+	}
+	return template.HTML(fmt.Sprintf(`<svg class="spark" width="%g" height="%g" viewBox="0 0 %g %g" role="img" aria-label="%s"><title>%s</title>`+
+		`<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="%s"/>`+
+		`<polyline fill="none" stroke="#a4141a" stroke-width="1.5" stroke-dasharray="3 2" points="%s"/></svg>`,
+		w, h, w, h, template.HTMLEscapeString(label), template.HTMLEscapeString(label), line(p50), line(p99)))
+}
+
 // failureBars draws one horizontal bar per code, labelled with the code
 // and count.
 func failureBars(counts []codeCount) template.HTML {
