@@ -62,12 +62,12 @@ func (a *app) cmdBatch(ctx context.Context, args []string) int {
 	bw := bufio.NewWriter(w)
 	code = exitOK
 	for _, r := range results {
-		data, err := json.Marshal(r)
+		data, err := marshalJSON(r, false)
 		if err != nil {
 			a.errorf("batch: encode result: %v", err)
 			return exitUsage
 		}
-		_, _ = bw.Write(append(data, '\n')) // a write error surfaces in Flush
+		_, _ = bw.Write(data) // a write error surfaces in Flush
 		if !r.OK {
 			code = exitFailed
 		}

@@ -176,12 +176,12 @@ func drain(events <-chan struct{}) {
 func (a *app) printResult(r client.Result, asJSON bool) int {
 	switch {
 	case asJSON:
-		data, err := json.Marshal(r)
+		data, err := marshalJSON(r, false)
 		if err != nil {
 			a.errorf("encode result: %v", err)
 			return exitUsage
 		}
-		fmt.Fprintf(a.stdout, "%s\n", data)
+		_, _ = a.stdout.Write(data)
 	case r.OK:
 		v := r.Value
 		if !strings.HasSuffix(v, "\n") {
@@ -225,12 +225,12 @@ func (a *app) cmdTools(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	if *asJSON {
-		data, err := json.MarshalIndent(tools, "", "  ")
+		data, err := marshalJSON(tools, true)
 		if err != nil {
 			a.errorf("tools: %v", err)
 			return exitUsage
 		}
-		fmt.Fprintf(a.stdout, "%s\n", data)
+		_, _ = a.stdout.Write(data)
 		return exitOK
 	}
 	if len(tools) == 0 {
@@ -379,14 +379,14 @@ func (a *app) cmdProgress(ctx context.Context, args []string) int {
 	var mu sync.Mutex
 	stopped := false
 	stop, err := c.Progress(ctx, protocol.Audience(*audience), *batch, *fromStart, func(p client.Progress) {
-		data, err := json.Marshal(p)
+		data, err := marshalJSON(p, false)
 		if err != nil {
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		if !stopped {
-			fmt.Fprintf(a.stdout, "%s\n", data)
+			_, _ = a.stdout.Write(data)
 		}
 	})
 	if err != nil {

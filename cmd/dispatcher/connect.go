@@ -171,6 +171,7 @@ func redactURL(urls string) string {
 }
 
 func (a *app) newClient(ctx context.Context, cfg Config, url, creds string) (*client.Client, error) {
+	a.natsURL, a.natsCreds = url, creds
 	return client.New(ctx, client.Config{NATSURL: url, NATSCreds: creds, Prefix: cfg.Prefix, Name: "capstan-dispatcher", StreamReplicas: cfg.StreamReplicas,
 		Personality: cfg.DefaultPersonality, InboxPrefix: cfg.InboxPrefix, TracerProvider: a.tel.TracerProvider})
 }
@@ -197,6 +198,11 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 		}
 	}
 	level, _ := cfg.slogLevel() // checked by loadConfig
+	poolLog, closeLog, err := a.poolLogger(cfg, dataDir, level)
+	if err != nil {
+		srv.Shutdown()
+		return nil, nil, fmt.Errorf("local mode: %w", err)
+	}
 	w, err := worker.New(worker.Config{
 		NATSURL:            srv.ClientURL(),
 		NATSCreds:          srv.CredsFile(),
@@ -210,14 +216,16 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 		MCPServersDir:      cfg.MCPServersDir,
 		DefaultPersonality: cfg.DefaultPersonality,
 		Tools:              cfg.Tools,
-		Logger:             a.logger(cfg, level),
+		Logger:             poolLog,
 		TracerProvider:     a.tel.TracerProvider,
 		MeterProvider:      a.tel.MeterProvider,
 	}, builtin.All()...)
 	if err != nil {
 		srv.Shutdown()
+		closeLog()
 		return nil, nil, fmt.Errorf("local mode: worker pool: %w", err)
 	}
+	a.local = &localPool{w: w, slots: cfg.Concurrency}
 
 	// The pool outlives ctx so that it can drain after an interrupt.
 	wctx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
@@ -227,12 +235,14 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 		stopWorker()
 		<-runErr
 		srv.Shutdown()
+		closeLog()
 	}
 	select {
 	case <-w.Ready():
 	case err := <-runErr:
 		stopWorker()
 		srv.Shutdown()
+		closeLog()
 		if err == nil {
 			err = errors.New("stopped before it was ready")
 		}
@@ -241,8 +251,12 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 		stopPool()
 		return nil, nil, fmt.Errorf("local mode: %w", ctx.Err())
 	}
-	fmt.Fprintf(a.stderr, "capstan: local mode: no NATS server at %s; started an embedded JetStream server (store: %s) and an in-process worker pool (%d slots)\n",
-		a.probeURL, dataDir, cfg.Concurrency)
+	logs := "its logs: " + filepath.Join(dataDir, poolLogFile) + "; --pool-logs shows them here"
+	if a.poolLogs {
+		logs = "its logs on stderr"
+	}
+	fmt.Fprintf(a.stderr, "capstan: local mode: no NATS server at %s; started an embedded JetStream server (store: %s) and an in-process worker pool (%d slots; %s)\n",
+		a.probeURL, dataDir, cfg.Concurrency, logs)
 	if seeded != "" {
 		fmt.Fprintf(a.stderr, "capstan: local mode: no personality %q existed; stored the local default (every built-in tool; no network, secrets or processes; files only under %s)\n",
 			cfg.DefaultPersonality, seeded)
@@ -254,6 +268,28 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 		return nil, nil, err
 	}
 	return c, func() { c.Close(); stopPool() }, nil
+}
+
+// poolLogFile is the file under the data dir that local mode's pool logs to.
+const poolLogFile = "local-pool.log"
+
+// poolLogger is the logger of local mode's in-process pool: its log file in
+// the data dir (appended to, mode 0600), so that the dispatcher's output is
+// the answer alone; on stderr with --pool-logs.
+func (a *app) poolLogger(cfg Config, dataDir string, level slog.Level) (*slog.Logger, func(), error) {
+	if a.poolLogs {
+		return a.logger(cfg, level), func() {}, nil
+	}
+	f, err := os.OpenFile(filepath.Join(dataDir, poolLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pool log file: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewJSONHandler(f, opts)
+	if strings.EqualFold(cfg.LogFormat, "text") {
+		h = slog.NewTextHandler(f, opts)
+	}
+	return slog.New(h), func() { _ = f.Close() }, nil
 }
 
 // logger is the in-process pool's logger: stderr, at warn and above unless

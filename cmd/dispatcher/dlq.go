@@ -82,8 +82,8 @@ func (a *app) dlqList(ctx context.Context, c *client.Client, asJSON bool) int {
 		for i, d := range letters {
 			out[i] = toJSON(d)
 		}
-		b, _ := json.MarshalIndent(out, "", "  ")
-		fmt.Fprintln(a.stdout, string(b))
+		b, _ := marshalJSON(out, true)
+		_, _ = a.stdout.Write(b)
 		return exitOK
 	}
 	if len(letters) == 0 {
@@ -114,8 +114,8 @@ func (a *app) dlqShow(ctx context.Context, c *client.Client, callID string, asJS
 		for i, d := range letters {
 			out[i] = toJSON(d)
 		}
-		b, _ := json.MarshalIndent(out, "", "  ")
-		fmt.Fprintln(a.stdout, string(b))
+		b, _ := marshalJSON(out, true)
+		_, _ = a.stdout.Write(b)
 		return exitOK
 	}
 	var b strings.Builder

@@ -9,16 +9,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/explain"
 	"github.com/capstanhq/capstan/tool"
 )
 
@@ -67,7 +64,7 @@ func (a *app) cmdExplain(ctx context.Context, args []string) int {
 	} else if len(tools) == 0 {
 		a.errorf("explain: the catalog is empty: no worker has registered its tools yet")
 	}
-	out := explainTools(tools, p)
+	out := explain.Tools(tools, p)
 	if *asJSON {
 		return a.printJSON("explain", out)
 	}
@@ -92,11 +89,7 @@ func (a *app) explainPersonality(ctx context.Context, c *client.Client, id strin
 		return nil, exitCode(err), false
 	}
 	// ${HOME} is this process's, as for personality validate and tools --personality.
-	home, _ := os.UserHomeDir()
-	p, err := capability.Parse(doc, capability.Env{Home: home})
-	if err == nil && p.ID != id {
-		err = fmt.Errorf("document id %q does not match its key %q", p.ID, id)
-	}
+	p, err := explain.Parse(doc, id)
 	if err != nil {
 		a.errorf("explain: Personality %s is invalid: %v", id, err)
 		return nil, exitFailed, false
@@ -124,24 +117,72 @@ func (a *app) catalogTools(ctx context.Context, c *client.Client) ([]*tool.Tool,
 }
 
 // printJSON prints v as indented JSON on stdout, with <, > and & as they
-// are (JSON for people; capability values such as scope ids hold them).
+// are (marshalJSON).
 func (a *app) printJSON(cmd string, v any) int {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	b, err := marshalJSON(v, true)
+	if err != nil {
 		a.errorf("%s: %v", cmd, err)
 		return exitUsage
 	}
-	_, _ = a.stdout.Write(b.Bytes())
+	_, _ = a.stdout.Write(b)
 	return exitOK
+}
+
+// marshalJSON encodes v as JSON for people, ending with a newline: <, >
+// and & are printed as they are rather than as \u003c etc. (untrusted
+// output is wrapped in <untrusted ...> tags, and capability values such as
+// scope ids hold them); indented when indent is true.
+func marshalJSON(v any, indent bool) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	// A MarshalJSON method (protocol.Result's) escapes with json.Marshal,
+	// which SetEscapeHTML cannot undo.
+	return unescapeHTML(b.Bytes()), nil
+}
+
+// unescapeHTML turns the escapes \u003c, \u003e and \u0026 of encoded JSON
+// back into <, > and &. A backslash only occurs inside strings and always
+// starts an escape, so escapes are read pairwise: "\\u003c" (an escaped
+// backslash, then the text u003c) stays as it is.
+func unescapeHTML(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u00`)) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 >= len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		if b[i+1] == 'u' && i+6 <= len(b) {
+			switch string(b[i : i+6]) {
+			case `\u003c`:
+				out, i = append(out, '<'), i+5
+				continue
+			case `\u003e`:
+				out, i = append(out, '>'), i+5
+				continue
+			case `\u0026`:
+				out, i = append(out, '&'), i+5
+				continue
+			}
+		}
+		out, i = append(out, b[i], b[i+1]), i+1
+	}
+	return out
 }
 
 // printExplanations writes the human form: a summary line when the whole
 // catalog was explained, then one section per tool, its verdict first and
 // its grant (or refusal) below.
-func printExplanations(w io.Writer, personality string, out []explanation, summary bool) error {
+func printExplanations(w io.Writer, personality string, out []explain.Explanation, summary bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if summary {
 		n := 0
@@ -167,81 +208,9 @@ func printExplanations(w io.Writer, personality string, out []explanation, summa
 			continue
 		}
 		fmt.Fprintf(tw, "%s: allowed\n", e.Tool)
-		for _, r := range grantRows(e.Grant) {
+		for _, r := range explain.Rows(e.Grant) {
 			fmt.Fprintf(tw, "  %s\t%s\n", r[0], r[1])
 		}
 	}
 	return tw.Flush()
-}
-
-// grantRows lays a grant out as (label, value) rows.
-func grantRows(g *grantView) [][2]string {
-	var rows [][2]string
-	add := func(label, value string) { rows = append(rows, [2]string{label, value}) }
-	if g.Network == nil && g.FSReach == nil && g.Secrets == nil && g.Process == nil && g.Storage == nil {
-		add("reach", "nothing external (no capabilities declared)")
-	}
-	if n := g.Network; n != nil {
-		add("network", orNone(n.Hosts, "none (the personality's safety.network allows this tool no host)"))
-		if len(n.Deny) > 0 {
-			add("network deny", strings.Join(n.Deny, ", "))
-		}
-		if n.AllowPrivateURLs {
-			add("private addresses", "allowed (safety.network.allow_private_urls)")
-		}
-	}
-	if f := g.FSReach; f != nil {
-		add("files read", orNone(f.Read, "none"))
-		add("files write", orNone(f.Write, "none"))
-		add("working dir", cmp.Or(f.WorkingDir, "none"))
-	}
-	if s := g.Secrets; s != nil {
-		add("secrets", orNone(s.Refs, "none"))
-		add("raw secrets", orNone(s.Raw, "none (the tool never reads a value; secrets are injected at egress)"))
-		if len(s.SendTo) == 0 {
-			add("send_to", "none (no secret is sent over HTTP)")
-		}
-		label := "send_to"
-		for _, ref := range slices.Sorted(maps.Keys(s.SendTo)) {
-			add(label, ref+" -> "+strings.Join(s.SendTo[ref], ", "))
-			label = ""
-		}
-	}
-	if p := g.Process; p != nil {
-		add("binaries", orNone(p.Binaries, "none"))
-		cpu := "unlimited"
-		if p.Limits.CPU > 0 {
-			cpu = strconv.FormatFloat(p.Limits.CPU, 'g', -1, 64)
-		}
-		add("process limits", fmt.Sprintf("memory %s, pids %d, cpu %s", p.Limits.Memory, p.Limits.Pids, cpu))
-	}
-	if s := g.Storage; s != nil {
-		v := fmt.Sprintf("%s scope %s (%s)", s.Kind, s.Scope, s.ScopeID)
-		if s.TTLSecondsDefault > 0 {
-			v += fmt.Sprintf(", default ttl %ds", s.TTLSecondsDefault)
-		}
-		add("storage", v)
-	}
-	if r := g.RateLimit; r != nil {
-		add("rate limit", fmt.Sprintf("%d calls per %s (fleet-wide)", r.Requests, r.Window))
-	}
-	b := g.Budget
-	budget := fmt.Sprintf("%d chars (personality %d", b.ResultChars, b.PersonalityResultChars)
-	if b.ToolMaxResultChars > 0 {
-		budget += fmt.Sprintf(", tool at most %d", b.ToolMaxResultChars)
-	}
-	add("result budget", budget+")")
-	if b.BlobsAllowed {
-		add("blobs", "allowed")
-	} else {
-		add("blobs", "forbidden by the personality (budget.blobs: false)")
-	}
-	return rows
-}
-
-func orNone(s []string, none string) string {
-	if len(s) == 0 {
-		return none
-	}
-	return strings.Join(s, ", ")
 }

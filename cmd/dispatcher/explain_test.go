@@ -17,6 +17,8 @@ import (
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/explain"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
@@ -130,7 +132,7 @@ func TestExplainCommand(t *testing.T) {
 		code, stdout, stderr := runT(t, env, "", "explain", "--json", "--personality", "researcher")
 		require.Equal(t, exitOK, code, stderr)
 		require.Contains(t, stdout, `"session:<session_id>"`, "< and > as they are")
-		var got []explanation
+		var got []explain.Explanation
 		require.NoError(t, json.Unmarshal([]byte(stdout), &got))
 		require.Len(t, got, len(explainCatalog))
 		p := parsePersonality(t, explainDoc)
@@ -138,10 +140,8 @@ func TestExplainCommand(t *testing.T) {
 			require.Equal(t, e.Name, got[i].Tool)
 			tl, err := client.CatalogTool(e)
 			require.NoError(t, err)
-			require.Equal(t, explainTool(tl, e.Name, p), got[i], "tool %s", e.Name)
-			if got[i].Allowed {
-				requireWorkerGrant(t, tl, p, got[i].Grant)
-			}
+			// explain.Tool's own tests check its grants against the worker's resolution.
+			require.Equal(t, explain.Tool(tl, e.Name, p), got[i], "tool %s", e.Name)
 		}
 		require.Equal(t, "permission", got[5].Gate)
 		require.Equal(t, "Tool weather requires permission weather:write", got[5].Message)
@@ -225,10 +225,10 @@ rate_limits:
 
 	code, stdout, stderr := runApp(t, ctxT(t), noServer, env, "", "explain", "--json")
 	require.Equal(t, exitOK, code, stderr)
-	var got []explanation
+	var got []explain.Explanation
 	require.NoError(t, json.Unmarshal([]byte(stdout), &got))
 	p := parsePersonality(t, doc)
-	byName := map[string]explanation{}
+	byName := map[string]explain.Explanation{}
 	for _, e := range got {
 		byName[e.Tool] = e
 	}
@@ -236,10 +236,8 @@ rate_limits:
 		e, ok := byName[bt.Name]
 		require.True(t, ok, "built-in tool %s explained", bt.Name)
 		// The worker's own declaration, not the catalog's copy of it.
-		require.Equal(t, explainTool(&bt, bt.Name, p), e, "tool %s", bt.Name)
-		if e.Allowed {
-			requireWorkerGrant(t, &bt, p, e.Grant)
-		}
+		// (explain's TestBuiltinGrants checks these grants against the worker's resolution.)
+		require.Equal(t, explain.Tool(&bt, bt.Name, p), e, "tool %s", bt.Name)
 	}
 	require.Len(t, got, len(builtin.All()))
 	allowed := []string{}
@@ -252,8 +250,8 @@ rate_limits:
 	require.Equal(t, []string{"http/github/*"}, byName["http_request"].Grant.Secrets.Refs)
 	require.Equal(t, map[string][]string{"http/github/*": {"api.github.com"}}, byName["http_request"].Grant.Secrets.SendTo)
 	require.Equal(t, []string{"git"}, byName["run_process"].Grant.Process.Binaries)
-	require.Equal(t, processLimitsView{Memory: "256MiB", MemoryBytes: 256 << 20, Pids: 32}, byName["run_process"].Grant.Process.Limits)
-	require.Equal(t, &rateLimitView{Requests: 10, Window: "1m", WindowSeconds: 60}, byName["fetch_url"].Grant.RateLimit)
+	require.Equal(t, explain.ProcessLimitsView{Memory: "256MiB", MemoryBytes: 256 << 20, Pids: 32}, byName["run_process"].Grant.Process.Limits)
+	require.Equal(t, &explain.RateLimitView{Requests: 10, Window: "1m", WindowSeconds: 60}, byName["fetch_url"].Grant.RateLimit)
 	require.Equal(t, "session:<session_id>", byName["kv_get"].Grant.Storage.ScopeID)
 
 	// The pool agrees: a refused tool is refused with explain's message, an
@@ -325,7 +323,7 @@ func TestExplainAsATenant(t *testing.T) {
 `, stdout)
 	code, stdout, stderr = runT(t, as("tenant-researcher"), "", "explain", "--json")
 	require.Equal(t, exitOK, code, stderr)
-	var got []explanation
+	var got []explain.Explanation
 	require.NoError(t, json.Unmarshal([]byte(stdout), &got))
 	require.Len(t, got, len(builtin.All()))
 
@@ -335,4 +333,11 @@ func TestExplainAsATenant(t *testing.T) {
 	require.True(t, strings.HasPrefix(stderr, "capstan: explain: bus: get capstan_personalities/support: "), stderr)
 	require.Contains(t, stderr, "Permissions Violation")
 	require.True(t, strings.HasSuffix(stderr, `(this NATS user may not read personality support; a tenant's user reads only its own: docs/operations.md, "NATS users")`+"\n"), stderr)
+}
+
+func parsePersonality(t *testing.T, doc string) *capability.Personality {
+	t.Helper()
+	p, err := capability.Parse([]byte(doc), capability.Env{Home: "/home/agent"})
+	require.NoError(t, err)
+	return p
 }

@@ -56,6 +56,14 @@ type app struct {
 	probeURL  string
 	// tel is the OTel set-up of the commands that connect (setup).
 	tel *telemetry.Telemetry
+	// natsURL and natsCreds are what the client of setup connected with
+	// (the console opens a second connection with them).
+	natsURL, natsCreds string
+	// local is the in-process worker pool of local mode, nil otherwise.
+	local *localPool
+	// poolLogs: local mode writes the pool's logs on stderr rather than to
+	// its log file (--pool-logs).
+	poolLogs bool
 }
 
 func newApp(getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) *app {
@@ -108,11 +116,17 @@ func commands() []command {
 			"print progress events as JSON lines until interrupted", (*app).cmdProgress},
 		{"dlq", "list | show <call_id> | redrive <call_id> [--json]",
 			"inspect dead letters; redrive re-publishes a call so every gate runs again", (*app).cmdDLQ},
+		{"console", "[--addr 127.0.0.1:8480] [--tokens file] [--trace-url url]",
+			"serve the operator console: live pool, calls, explain, dead letters (docs/console.md)", (*app).cmdConsole},
 		{"help", "", "print this help", nil},
 	}
 }
 
 func (a *app) main(ctx context.Context, args []string) int {
+	if len(args) > 0 && args[0] == "--pool-logs" {
+		a.poolLogs = true
+		args = args[1:]
+	}
 	if len(args) == 0 {
 		a.usage(a.stderr)
 		return exitUsage
@@ -135,7 +149,8 @@ func (a *app) main(ctx context.Context, args []string) int {
 // usage prints every command and every environment variable.
 func (a *app) usage(w io.Writer) {
 	var b strings.Builder
-	b.WriteString("Usage: dispatcher <command> [arguments]\n\nCommands:\n")
+	b.WriteString("Usage: dispatcher <command> [arguments]\n       dispatcher --pool-logs <command> [arguments]\n\n")
+	b.WriteString("--pool-logs: in local mode, print the in-process pool's logs on stderr (default: to <data dir>/" + poolLogFile + ")\n\nCommands:\n")
 	for _, c := range commands() {
 		b.WriteString(strings.TrimRight(fmt.Sprintf("  %-9s %s", c.name, c.args), " ") + "\n")
 		fmt.Fprintf(&b, "  %-9s   %s\n", "", c.summary)
@@ -148,6 +163,9 @@ func (a *app) usage(w io.Writer) {
 			help += " (default " + v.def + ")"
 		}
 		fmt.Fprintf(&b, "  %-28s %s\n", v.name, help)
+	}
+	for _, v := range consoleVars {
+		fmt.Fprintf(&b, "  %-28s %s\n", v[0], v[1])
 	}
 	fmt.Fprintf(&b, "  %-28s %s\n", "OTEL_*", "OpenTelemetry: OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) exports a producer")
 	fmt.Fprintf(&b, "  %-28s %s\n", "", "span per call over OTLP; unset = no tracing (docs/operations.md)")

@@ -25,11 +25,14 @@ func TestHelpListsEveryCommandAndVariable(t *testing.T) {
 		code, stdout, stderr := runT(t, nil, "", arg)
 		require.Equal(t, exitOK, code)
 		require.Empty(t, stderr)
-		for _, c := range []string{"call", "batch", "tools", "explain", "mcp", "result", "cancel", "progress", "dlq", "help"} {
+		for _, c := range []string{"call", "batch", "tools", "explain", "mcp", "result", "cancel", "progress", "dlq", "console", "help"} {
 			require.Regexp(t, `\n  `+c+`( |\n)`, stdout, "command %s", c)
 		}
 		for _, v := range configVars() {
 			require.Contains(t, stdout, v.name)
+		}
+		for _, v := range consoleVars {
+			require.Contains(t, stdout, v[0])
 		}
 	}
 }
@@ -341,7 +344,7 @@ func TestLocalModeBatch(t *testing.T) {
 	code, stdout, stderr := runApp(t, ctxT(t), noServer, env, "", "batch", filepath.Join("..", "..", "examples", "calls.jsonl"))
 	require.Equal(t, exitOK, code, stderr)
 	require.Equal(t, "capstan: local mode: no NATS server at nats://127.0.0.1:1; started an embedded JetStream server (store: "+
-		dataDir+") and an in-process worker pool (8 slots)\n", stderr)
+		dataDir+") and an in-process worker pool (8 slots; its logs: "+filepath.Join(dataDir, "local-pool.log")+"; --pool-logs shows them here)\n", stderr)
 	results := decodeLines(t, stdout)
 	require.Len(t, results, 7)
 	require.Equal(t, "hello", results[0].Value)

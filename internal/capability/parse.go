@@ -120,9 +120,23 @@ func (d *docParser) object(v any, key string, known ...string) (map[string]any, 
 func (d *docParser) str(v any, key string) (string, bool) {
 	s, ok := v.(string)
 	if !ok {
-		d.addf(key, "must be a string")
+		d.addf(key, "%s", notString(v))
 	}
 	return s, ok
+}
+
+// notString is the problem of a value that must be a string: a YAML 1.1
+// boolean (yes, no, on, off, true, false) is named with the advice to
+// quote it, a number is named.
+func notString(v any) string {
+	switch v := v.(type) {
+	case bool:
+		return fmt.Sprintf("must be a string, got the boolean %t: YAML 1.1 reads yes, no, on and off (and true, false) as booleans; "+
+			"quote the value (\"yes\") to mean the word", v)
+	case json.Number:
+		return fmt.Sprintf("must be a string, got the number %s", v)
+	}
+	return "must be a string"
 }
 
 // integer reads a positive integer that fits an int.
@@ -154,7 +168,7 @@ func (d *docParser) strList(v any, key string) ([]string, bool) {
 		s, ok := item.(string)
 		switch {
 		case !ok:
-			d.addf(index(key, i), "must be a string")
+			d.addf(index(key, i), "%s", notString(item))
 			valid = false
 		case s == "":
 			d.addf(index(key, i), "must not be empty")

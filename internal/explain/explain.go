@@ -1,4 +1,8 @@
-package main
+// Package explain answers "what can this agent touch": for a personality
+// and each tool, whether it may call the tool, the gate that refuses it,
+// and the grant a call gets, computed with the worker's own gate and
+// resolution functions. "dispatcher explain" and the console both use it.
+package explain
 
 import (
 	"cmp"
@@ -10,15 +14,15 @@ import (
 	"github.com/capstanhq/capstan/tool"
 )
 
-// explainSession stands for the call's session id in the storage scope ids
+// Session stands for the call's session id in the storage scope ids
 // that explain shows ("session:<session_id>"): it differs from call to call.
-const explainSession = "<session_id>"
+const Session = "<session_id>"
 
-// explanation answers, for one tool and one personality, whether the
+// Explanation answers, for one tool and one personality, whether the
 // personality may call the tool, which gate refuses it, and the grant a
 // call gets (docs/capabilities.md, "Explain"). It is the JSON shape of
 // "dispatcher explain --json", one object per tool.
-type explanation struct {
+type Explanation struct {
 	Tool    string `json:"tool"`
 	Allowed bool   `json:"allowed"`
 	// Gate is the audit decision of the gate that refuses the call
@@ -30,89 +34,93 @@ type explanation struct {
 	// Problems are the validation errors of a capability refusal.
 	Problems []capability.ValidationError `json:"problems,omitempty"`
 	// Grant is what a call of the tool reaches; nil when refused.
-	Grant *grantView `json:"grant"`
+	Grant *GrantView `json:"grant"`
 }
 
-// grantView is the effective grant of an allowed tool. A capability the
+// GrantView is the effective grant of an allowed tool. A capability the
 // tool does not declare is nil (JSON null); a declared one that resolves to
 // nothing has empty lists.
-type grantView struct {
-	Network   *networkView   `json:"network"`
-	FSReach   *fsView        `json:"fs_reach"`
-	Secrets   *secretsView   `json:"secrets"`
-	Process   *processView   `json:"process"`
-	Storage   *storageView   `json:"storage"`
-	RateLimit *rateLimitView `json:"rate_limit"`
-	Budget    budgetView     `json:"budget"`
+type GrantView struct {
+	Network   *NetworkView   `json:"network"`
+	FSReach   *FSView        `json:"fs_reach"`
+	Secrets   *SecretsView   `json:"secrets"`
+	Process   *ProcessView   `json:"process"`
+	Storage   *StorageView   `json:"storage"`
+	RateLimit *RateLimitView `json:"rate_limit"`
+	Budget    BudgetView     `json:"budget"`
 }
 
-// networkView: a request must match one of Hosts and none of Deny.
-type networkView struct {
+// NetworkView: a request must match one of Hosts and none of Deny.
+type NetworkView struct {
 	Hosts            []string `json:"hosts"`
 	Deny             []string `json:"deny"`
 	AllowPrivateURLs bool     `json:"allow_private_urls"`
 }
 
-type fsView struct {
+// FSView lists the path roots a call may read and write.
+type FSView struct {
 	Read       []string `json:"read"`
 	Write      []string `json:"write"`
 	WorkingDir string   `json:"working_dir"`
 }
 
-// secretsView: Refs the tool may use, Raw those whose value it may read,
+// SecretsView: Refs the tool may use, Raw those whose value it may read,
 // SendTo the hosts each ref pattern may be sent to over HTTP.
-type secretsView struct {
+type SecretsView struct {
 	Refs   []string            `json:"refs"`
 	Raw    []string            `json:"raw"`
 	SendTo map[string][]string `json:"send_to"`
 }
 
-type processView struct {
+// ProcessView lists the binaries a call may run and its limits.
+type ProcessView struct {
 	Binaries []string          `json:"binaries"`
-	Limits   processLimitsView `json:"limits"`
+	Limits   ProcessLimitsView `json:"limits"`
 }
 
-// processLimitsView are the cgroup ceilings of a call's children; CPU 0 is
+// ProcessLimitsView are the cgroup ceilings of a call's children; CPU 0 is
 // unlimited.
-type processLimitsView struct {
+type ProcessLimitsView struct {
 	Memory      string  `json:"memory"`
 	MemoryBytes int64   `json:"memory_bytes"`
 	Pids        int     `json:"pids"`
 	CPU         float64 `json:"cpu"`
 }
 
-type storageView struct {
+// StorageView is the KV scope of a call.
+type StorageView struct {
 	Kind              string `json:"kind"`
 	Scope             string `json:"scope"`
 	ScopeID           string `json:"scope_id"`
 	TTLSecondsDefault int64  `json:"ttl_seconds_default"`
 }
 
-type rateLimitView struct {
+// RateLimitView is the fleet-wide rate limit of a tool for a personality.
+type RateLimitView struct {
 	Requests      int    `json:"requests"`
 	Window        string `json:"window"`
 	WindowSeconds int64  `json:"window_seconds"`
 }
 
-// budgetView: ResultChars is what a call that names no budget of its own
+// BudgetView: ResultChars is what a call that names no budget of its own
 // gets: min(personality budget, tool maximum).
-type budgetView struct {
+type BudgetView struct {
 	ResultChars            int  `json:"result_chars"`
 	PersonalityResultChars int  `json:"personality_result_chars"`
 	ToolMaxResultChars     int  `json:"tool_max_result_chars"`
 	BlobsAllowed           bool `json:"blobs_allowed"`
 }
 
-// explainTools explains every tool of tools for p, in the order given.
-func explainTools(tools []*tool.Tool, p *capability.Personality) []explanation {
-	out := make([]explanation, len(tools))
+// Tools explains every tool of tools for p, in the order given.
+func Tools(tools []*tool.Tool, p *capability.Personality) []Explanation {
+	out := make([]Explanation, len(tools))
 	for i, t := range tools {
-		out[i] = explainTool(t, t.Name, p)
+		out[i] = Tool(t, t.Name, p)
 	}
 	return out
 }
 
-// explainTool runs, for a call of t by personality p, the gates of the
+// Tool runs, for a call of t by personality p, the gates of the
 // worker's pipeline that depend on the policy alone, in the worker's order,
 // with the same functions (worker/pipeline.go: admit): unknown tool (t nil;
 // name names it), toolset/MCP-server/plugin filters, permissions, then
@@ -120,11 +128,11 @@ func explainTools(tools []*tool.Tool, p *capability.Personality) []explanation {
 // that depend on the call or the worker are not run: exclude_tools and
 // narrow_tools, availability, the rate limit's count, the arguments'
 // schema, the worker's secrets backend and process sandbox.
-func explainTool(t *tool.Tool, name string, p *capability.Personality) explanation {
+func Tool(t *tool.Tool, name string, p *capability.Personality) Explanation {
 	if t == nil {
-		return refusedBy(explanation{Tool: name}, &capability.Refusal{Decision: protocol.DecisionUnknownTool, Message: "Unknown tool: " + name})
+		return refusedBy(Explanation{Tool: name}, &capability.Refusal{Decision: protocol.DecisionUnknownTool, Message: "Unknown tool: " + name})
 	}
-	e := explanation{Tool: t.Name}
+	e := Explanation{Tool: t.Name}
 	if r := capability.ToolsetGate(t, p, nil); r != nil {
 		return refusedBy(e, r)
 	}
@@ -150,49 +158,49 @@ func explainTool(t *tool.Tool, name string, p *capability.Personality) explanati
 
 // callView is the call explain resolves for: one by personality p with no
 // working_dir of its own (so the personality's workdir) and the session
-// placeholder explainSession.
+// placeholder Session.
 func callView(t *tool.Tool, p *capability.Personality) capability.CallView {
-	return capability.CallView{Tool: t.Name, SessionID: explainSession, PersonalityID: p.ID}
+	return capability.CallView{Tool: t.Name, SessionID: Session, PersonalityID: p.ID}
 }
 
-func refusedBy(e explanation, r *capability.Refusal) explanation {
+func refusedBy(e Explanation, r *capability.Refusal) Explanation {
 	e.Allowed, e.Gate, e.Message, e.Grant = false, r.Decision, r.Message, nil
 	return e
 }
 
 // describeGrant turns the grant the worker resolves for a call of t by p
 // into its view, with the personality's rate limit and budget for t.
-func describeGrant(t *tool.Tool, p *capability.Personality, g *capability.Grant) *grantView {
-	v := &grantView{}
+func describeGrant(t *tool.Tool, p *capability.Personality, g *capability.Grant) *GrantView {
+	v := &GrantView{}
 	if n := g.Network; n != nil {
-		v.Network = &networkView{Hosts: list(n.Hosts()), Deny: list(n.Denied()), AllowPrivateURLs: n.AllowPrivateURLs}
+		v.Network = &NetworkView{Hosts: list(n.Hosts()), Deny: list(n.Denied()), AllowPrivateURLs: n.AllowPrivateURLs}
 	}
 	if f := g.FS; f != nil {
-		v.FSReach = &fsView{Read: list(f.Read), Write: list(f.Write), WorkingDir: f.WorkingDir}
+		v.FSReach = &FSView{Read: list(f.Read), Write: list(f.Write), WorkingDir: f.WorkingDir}
 	}
 	if s := g.Secrets; s != nil {
 		sendTo := s.SendTo()
 		if sendTo == nil {
 			sendTo = map[string][]string{}
 		}
-		v.Secrets = &secretsView{Refs: list(s.Refs()), Raw: list(s.RawRefs()), SendTo: sendTo}
+		v.Secrets = &SecretsView{Refs: list(s.Refs()), Raw: list(s.RawRefs()), SendTo: sendTo}
 	}
 	if b := g.Process; b != nil {
 		l := b.Limits.WithDefaults()
-		v.Process = &processView{Binaries: list(b.Binaries()),
-			Limits: processLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU}}
+		v.Process = &ProcessView{Binaries: list(b.Binaries()),
+			Limits: ProcessLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU}}
 	}
 	if s := g.Storage; s != nil {
-		v.Storage = &storageView{Kind: cmp.Or(t.Capabilities.Storage.Kind, "kv"), Scope: string(s.Scope), ScopeID: s.ScopeID,
+		v.Storage = &StorageView{Kind: cmp.Or(t.Capabilities.Storage.Kind, "kv"), Scope: string(s.Scope), ScopeID: s.ScopeID,
 			TTLSecondsDefault: int64(s.TTLDefault.Seconds())}
 	}
 	if lim, ok := p.RateLimits[t.Name]; ok {
-		v.RateLimit = &rateLimitView{Requests: lim.Requests, Window: lim.WindowText, WindowSeconds: int64(lim.Window.Seconds())}
+		v.RateLimit = &RateLimitView{Requests: lim.Requests, Window: lim.WindowText, WindowSeconds: int64(lim.Window.Seconds())}
 	}
 	// As the worker gives a call without result_budget_chars its budget
 	// (toolContext) and trims its result (shapeResult).
 	personal := cmp.Or(p.BudgetChars, protocol.DefaultTurnBudgetChars)
-	v.Budget = budgetView{
+	v.Budget = BudgetView{
 		ResultChars:            shape.Budget(int64(personal), t.MaxResultChars),
 		PersonalityResultChars: personal,
 		ToolMaxResultChars:     t.MaxResultChars,

@@ -1,4 +1,4 @@
-package main
+package explain
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/tools/builtin"
 	"github.com/capstanhq/capstan/tool"
 )
 
@@ -56,94 +57,94 @@ func TestExplainTool(t *testing.T) {
 		name string
 		tool *tool.Tool
 		p    *capability.Personality
-		want explanation
+		want Explanation
 	}{
 		{name: "network and secrets: hosts, send_to bindings and raw refs", tool: gh, p: researcher,
-			want: explanation{Tool: "gh", Allowed: true, Grant: &grantView{
-				Network: &networkView{Hosts: []string{"*.github.com", "api.openai.com"}, Deny: []string{"gist.github.com"}},
-				Secrets: &secretsView{
+			want: Explanation{Tool: "gh", Allowed: true, Grant: &GrantView{
+				Network: &NetworkView{Hosts: []string{"*.github.com", "api.openai.com"}, Deny: []string{"gist.github.com"}},
+				Secrets: &SecretsView{
 					Refs:   []string{"providers/github/*", "http/openai"},
 					Raw:    []string{"providers/github/app/key"},
 					SendTo: map[string][]string{"providers/github/*": {"api.github.com"}, "http/openai": {"api.openai.com"}},
 				},
-				RateLimit: &rateLimitView{Requests: 100, Window: "1h", WindowSeconds: 3600},
-				Budget:    budgetView{ResultChars: 20000, PersonalityResultChars: 50000, ToolMaxResultChars: 20000, BlobsAllowed: true},
+				RateLimit: &RateLimitView{Requests: 100, Window: "1h", WindowSeconds: 3600},
+				Budget:    BudgetView{ResultChars: 20000, PersonalityResultChars: 50000, ToolMaxResultChars: 20000, BlobsAllowed: true},
 			}}},
 		{name: "files: read and write roots, working dir", p: researcher,
 			tool: &tool.Tool{Name: "files", Capabilities: tool.Capabilities{FSReach: &tool.FSReach{
 				Read: tool.FromPersonality(), Write: tool.Paths("/srv/agents/researcher/out/reports")}}},
-			want: explanation{Tool: "files", Allowed: true, Grant: &grantView{
-				FSReach: &fsView{Read: []string{"/srv/agents/researcher", "/srv/shared"}, Write: []string{"/srv/agents/researcher/out/reports"},
+			want: Explanation{Tool: "files", Allowed: true, Grant: &GrantView{
+				FSReach: &FSView{Read: []string{"/srv/agents/researcher", "/srv/shared"}, Write: []string{"/srv/agents/researcher/out/reports"},
 					WorkingDir: "/srv/agents/researcher"},
-				Budget: budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Budget: BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
 			}}},
 		{name: "process: binaries under the ceiling and the limits", p: researcher,
 			tool: &tool.Tool{Name: "runner", Capabilities: tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"*"}}}},
-			want: explanation{Tool: "runner", Allowed: true, Grant: &grantView{
-				Process: &processView{Binaries: []string{"git", "ls"},
-					Limits: processLimitsView{Memory: "512MiB", MemoryBytes: 512 << 20, Pids: 64, CPU: 1.5}},
-				Budget: budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			want: Explanation{Tool: "runner", Allowed: true, Grant: &GrantView{
+				Process: &ProcessView{Binaries: []string{"git", "ls"},
+					Limits: ProcessLimitsView{Memory: "512MiB", MemoryBytes: 512 << 20, Pids: 64, CPU: 1.5}},
+				Budget: BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
 			}}},
 		{name: "process: default limits, no ceiling", p: bare,
 			tool: &tool.Tool{Name: "runner", Capabilities: tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"bash"}}}},
-			want: explanation{Tool: "runner", Allowed: true, Grant: &grantView{
-				Process: &processView{Binaries: []string{"bash"},
-					Limits: processLimitsView{Memory: "1GiB", MemoryBytes: 1 << 30, Pids: 256}},
-				Budget: budgetView{ResultChars: 1000, PersonalityResultChars: 1000},
+			want: Explanation{Tool: "runner", Allowed: true, Grant: &GrantView{
+				Process: &ProcessView{Binaries: []string{"bash"},
+					Limits: ProcessLimitsView{Memory: "1GiB", MemoryBytes: 1 << 30, Pids: 256}},
+				Budget: BudgetView{ResultChars: 1000, PersonalityResultChars: 1000},
 			}}},
 		{name: "storage: session scope", p: researcher,
 			tool: &tool.Tool{Name: "memo", Capabilities: tool.Capabilities{Storage: &tool.Storage{Scope: tool.ScopeSession, Kind: "kv", TTLSecondsDefault: 3600}}},
-			want: explanation{Tool: "memo", Allowed: true, Grant: &grantView{
-				Storage: &storageView{Kind: "kv", Scope: "session", ScopeID: "session:<session_id>", TTLSecondsDefault: 3600},
-				Budget:  budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			want: Explanation{Tool: "memo", Allowed: true, Grant: &GrantView{
+				Storage: &StorageView{Kind: "kv", Scope: "session", ScopeID: "session:<session_id>", TTLSecondsDefault: 3600},
+				Budget:  BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
 			}}},
 		{name: "storage: personality scope", p: researcher,
 			tool: &tool.Tool{Name: "notes", Capabilities: tool.Capabilities{Storage: &tool.Storage{Scope: tool.ScopePersonality, Kind: "kv"}}},
-			want: explanation{Tool: "notes", Allowed: true, Grant: &grantView{
-				Storage: &storageView{Kind: "kv", Scope: "personality", ScopeID: "personality:researcher"},
-				Budget:  budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			want: Explanation{Tool: "notes", Allowed: true, Grant: &GrantView{
+				Storage: &StorageView{Kind: "kv", Scope: "personality", ScopeID: "personality:researcher"},
+				Budget:  BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
 			}}},
 		{name: "storage: tool-private scope", p: researcher,
 			tool: &tool.Tool{Name: "scratch", Capabilities: tool.Capabilities{Storage: &tool.Storage{Scope: tool.ScopeToolPrivate, Kind: "kv"}}},
-			want: explanation{Tool: "scratch", Allowed: true, Grant: &grantView{
-				Storage: &storageView{Kind: "kv", Scope: "tool-private", ScopeID: "tool:scratch"},
-				Budget:  budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			want: Explanation{Tool: "scratch", Allowed: true, Grant: &GrantView{
+				Storage: &StorageView{Kind: "kv", Scope: "tool-private", ScopeID: "tool:scratch"},
+				Budget:  BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
 			}}},
 		{name: "declared capabilities that resolve to nothing", p: bare,
 			tool: &tool.Tool{Name: "fetcher", Capabilities: tool.Capabilities{
 				Network: &tool.Network{AllowedHosts: []string{"*"}}, FSReach: &tool.FSReach{Read: tool.FromPersonality()}, Secrets: []string{"http/*"}}},
-			want: explanation{Tool: "fetcher", Allowed: true, Grant: &grantView{
-				Network: &networkView{Hosts: []string{}, Deny: []string{}},
-				FSReach: &fsView{Read: []string{}, Write: []string{}},
-				Secrets: &secretsView{Refs: []string{"http/*"}, Raw: []string{}, SendTo: map[string][]string{}},
-				Budget:  budgetView{ResultChars: 1000, PersonalityResultChars: 1000},
+			want: Explanation{Tool: "fetcher", Allowed: true, Grant: &GrantView{
+				Network: &NetworkView{Hosts: []string{}, Deny: []string{}},
+				FSReach: &FSView{Read: []string{}, Write: []string{}},
+				Secrets: &SecretsView{Refs: []string{"http/*"}, Raw: []string{}, SendTo: map[string][]string{}},
+				Budget:  BudgetView{ResultChars: 1000, PersonalityResultChars: 1000},
 			}}},
 		{name: "a tool that touches nothing", p: researcher, tool: &tool.Tool{Name: "weather", Permissions: []string{"weather:read"}},
-			want: explanation{Tool: "weather", Allowed: true, Grant: &grantView{
-				Budget: budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			want: Explanation{Tool: "weather", Allowed: true, Grant: &GrantView{
+				Budget: BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
 			}}},
 		{name: "hosted MCP tool of a listed server", p: researcher,
 			tool: &tool.Tool{Name: "mcp__github__search", Capabilities: tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"api.github.com"}}}},
-			want: explanation{Tool: "mcp__github__search", Allowed: true, Grant: &grantView{
-				Network: &networkView{Hosts: []string{"api.github.com"}, Deny: []string{"gist.github.com"}},
-				Budget:  budgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+			want: Explanation{Tool: "mcp__github__search", Allowed: true, Grant: &GrantView{
+				Network: &NetworkView{Hosts: []string{"api.github.com"}, Deny: []string{"gist.github.com"}},
+				Budget:  BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
 			}}},
 
 		{name: "unknown tool", p: researcher, tool: nil,
-			want: explanation{Tool: "mystery", Gate: protocol.DecisionUnknownTool, Message: "Unknown tool: mystery"}},
+			want: Explanation{Tool: "mystery", Gate: protocol.DecisionUnknownTool, Message: "Unknown tool: mystery"}},
 		{name: "toolset", p: researcher, tool: &tool.Tool{Name: "terminal", Toolset: "terminal"},
-			want: explanation{Tool: "terminal", Gate: protocol.DecisionToolset, Message: "Tool terminal is not permitted for this personality"}},
+			want: Explanation{Tool: "terminal", Gate: protocol.DecisionToolset, Message: "Tool terminal is not permitted for this personality"}},
 		{name: "mcp_servers", p: researcher, tool: &tool.Tool{Name: "mcp__jira__search"},
-			want: explanation{Tool: "mcp__jira__search", Gate: protocol.DecisionToolset, Message: "Tool mcp__jira__search is not permitted for this personality"}},
+			want: Explanation{Tool: "mcp__jira__search", Gate: protocol.DecisionToolset, Message: "Tool mcp__jira__search is not permitted for this personality"}},
 		{name: "plugins", p: researcher, tool: &tool.Tool{Name: "gh", Plugin: "extras"},
-			want: explanation{Tool: "gh", Gate: protocol.DecisionToolset, Message: "Tool gh is not permitted for this personality"}},
+			want: Explanation{Tool: "gh", Gate: protocol.DecisionToolset, Message: "Tool gh is not permitted for this personality"}},
 		{name: "permission", p: researcher, tool: &tool.Tool{Name: "weather", Permissions: []string{"weather:read", "weather:write"}},
-			want: explanation{Tool: "weather", Gate: protocol.DecisionPermission, Message: "Tool weather requires permission weather:write"}},
+			want: Explanation{Tool: "weather", Gate: protocol.DecisionPermission, Message: "Tool weather requires permission weather:write"}},
 		{name: "validation problems, all of them", p: researcher,
 			tool: &tool.Tool{Name: "wide", Capabilities: tool.Capabilities{
 				Network: &tool.Network{AllowedHosts: []string{"api.stripe.com", "gist.github.com"}},
 				FSReach: &tool.FSReach{Read: tool.Paths("/etc"), Write: tool.Paths("/srv/shared")}}},
-			want: explanation{Tool: "wide", Gate: protocol.DecisionCapability,
+			want: Explanation{Tool: "wide", Gate: protocol.DecisionCapability,
 				Message: `host "api.stripe.com" is not in personality network allow list; host "gist.github.com" is on personality network deny list; ` +
 					`path "/etc" is not covered by personality fs_reach.read; path "/srv/shared" is not covered by personality fs_reach.write`,
 				Problems: []capability.ValidationError{
@@ -154,20 +155,20 @@ func TestExplainTool(t *testing.T) {
 				}}},
 		{name: "hosted MCP tool beyond the secrets ceiling", p: researcher,
 			tool: &tool.Tool{Name: "mcp__github__search", Capabilities: tool.Capabilities{Secrets: []string{"vault/*"}}},
-			want: explanation{Tool: "mcp__github__search", Gate: protocol.DecisionCapability,
+			want: Explanation{Tool: "mcp__github__search", Gate: protocol.DecisionCapability,
 				Message: `secret "vault/*" is not covered by personality secrets.allow`,
 				Problems: []capability.ValidationError{
 					{Tool: "mcp__github__search", Capability: "secrets", Message: `secret "vault/*" is not covered by personality secrets.allow`},
 				}}},
 		{name: "resolution fails", p: researcher,
 			tool: &tool.Tool{Name: "memo", Capabilities: tool.Capabilities{Storage: &tool.Storage{Scope: "global", Kind: "kv"}}},
-			want: explanation{Tool: "memo", Gate: protocol.DecisionCapability,
+			want: Explanation{Tool: "memo", Gate: protocol.DecisionCapability,
 				Message: `resolve capabilities of tool memo: storage scope "global" must be tool-private, session or personality`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := explainTool(tc.tool, tc.want.Tool, tc.p)
+			got := Tool(tc.tool, tc.want.Tool, tc.p)
 			require.Equal(t, tc.want, got)
 			if got.Allowed {
 				requireWorkerGrant(t, tc.tool, tc.p, got.Grant)
@@ -179,9 +180,9 @@ func TestExplainTool(t *testing.T) {
 // requireWorkerGrant checks a grant view against what the worker resolves
 // for a call of t by p (capability.Resolve, as worker/pipeline.go calls it),
 // field by field, and against the resolved grant's own checks.
-func requireWorkerGrant(t *testing.T, tl *tool.Tool, p *capability.Personality, v *grantView) {
+func requireWorkerGrant(t *testing.T, tl *tool.Tool, p *capability.Personality, v *GrantView) {
 	t.Helper()
-	g, err := capability.Resolve(tl, p, capability.CallView{Tool: tl.Name, SessionID: explainSession, PersonalityID: p.ID})
+	g, err := capability.Resolve(tl, p, capability.CallView{Tool: tl.Name, SessionID: Session, PersonalityID: p.ID})
 	require.NoError(t, err)
 	require.Equal(t, g.Network == nil, v.Network == nil)
 	if g.Network != nil {
@@ -218,7 +219,7 @@ func requireWorkerGrant(t *testing.T, tl *tool.Tool, p *capability.Personality, 
 			require.NoError(t, g.Process.Check(b))
 		}
 		l := g.Process.Limits.WithDefaults()
-		require.Equal(t, processLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU}, v.Process.Limits)
+		require.Equal(t, ProcessLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU}, v.Process.Limits)
 	}
 	require.Equal(t, g.Storage == nil, v.Storage == nil)
 	if g.Storage != nil {
@@ -231,11 +232,45 @@ func requireWorkerGrant(t *testing.T, tl *tool.Tool, p *capability.Personality, 
 func TestExplainToolsKeepsOrder(t *testing.T) {
 	t.Parallel()
 	p := parsePersonality(t, "id: p\ntoolset: [b]\n")
-	out := explainTools([]*tool.Tool{{Name: "a"}, {Name: "b"}}, p)
+	out := Tools([]*tool.Tool{{Name: "a"}, {Name: "b"}}, p)
 	require.Len(t, out, 2)
 	require.Equal(t, "a", out[0].Tool)
 	require.Equal(t, protocol.DecisionToolset, out[0].Gate)
 	require.Equal(t, "b", out[1].Tool)
 	require.True(t, out[1].Allowed)
 	require.Empty(t, out[1].Gate)
+}
+
+// TestBuiltinGrants explains every built-in tool for a personality that
+// reaches something of every kind and checks each allowed tool's grant
+// against the worker's own resolution.
+func TestBuiltinGrants(t *testing.T) {
+	t.Parallel()
+	p := parsePersonality(t, `id: default
+toolset: [echo, read_file, fetch_url, http_request, run_process, kv_get]
+fs_reach:
+  workdir: /srv/work
+  read: ["${WORKDIR}"]
+  write: ["${WORKDIR}/out"]
+safety:
+  network:
+    allow: ["*.github.com"]
+secrets:
+  allow: ["http/github/*"]
+  send_to: {"http/github/*": [api.github.com]}
+process:
+  allow: [git]
+  limits: {memory: 256MiB, pids: 32}
+rate_limits:
+  fetch_url: {requests: 10, window: 1m}
+`)
+	allowed := 0
+	for _, bt := range builtin.All() {
+		e := Tool(&bt, bt.Name, p)
+		if e.Allowed {
+			allowed++
+			requireWorkerGrant(t, &bt, p, e.Grant)
+		}
+	}
+	require.Positive(t, allowed)
 }
