@@ -41,6 +41,10 @@ type workerRecord struct {
 	// Protocol is the wire protocol version the worker speaks; a component
 	// migrating streams of version 1 waits for workers without it to go.
 	Protocol string `json:"protocol"`
+	// Concurrency is the worker's slots, and InFlight the calls it ran
+	// when the record was written (at start and every WorkerTTL/3).
+	Concurrency int `json:"concurrency"`
+	InFlight    int `json:"in_flight"`
 }
 
 // register announces the worker and publishes every hosted tool to the
@@ -52,7 +56,8 @@ func (w *Worker) register(ctx context.Context) error {
 	for i, h := range all {
 		names[i] = h.Name
 	}
-	rec, _ := json.Marshal(workerRecord{ID: w.cfg.WorkerID, Pool: w.cfg.Pool, Tools: names, Started: time.Now().UTC(), Protocol: protocol.Version})
+	rec, _ := json.Marshal(workerRecord{ID: w.cfg.WorkerID, Pool: w.cfg.Pool, Tools: names, Started: time.Now().UTC(), Protocol: protocol.Version,
+		Concurrency: w.cfg.Concurrency, InFlight: w.inflight.count()})
 	for _, h := range all {
 		if err := w.checkPool(ctx, h.Name); err != nil {
 			return err

@@ -180,9 +180,12 @@ func (c *Console) scanAudit(r *http.Request, toolName, callID string) *protocol.
 		return nil
 	}
 	for _, m := range slices.Backward(msgs) {
-		var a protocol.AuditRecord
-		if json.Unmarshal(m.Data, &a) == nil && a.CallID == callID {
-			return &a
+		// A message holds a batch of records, one per line.
+		recs, _ := protocol.DecodeAuditRecords(m.Data)
+		for _, a := range slices.Backward(recs) {
+			if a.CallID == callID {
+				return &a
+			}
 		}
 	}
 	return nil

@@ -49,7 +49,13 @@ type workerRow struct {
 	Tools    []string  `json:"tools"`
 	Started  time.Time `json:"started"`
 	Protocol string    `json:"protocol"`
-	// InFlight counts the calls whose lease the worker holds.
+	// Concurrency and Reported are the worker's slots and the calls it ran
+	// as of its record's last refresh (every 20 s); 0 from a worker that
+	// does not publish them.
+	Concurrency int `json:"concurrency"`
+	Reported    int `json:"in_flight"`
+	// InFlight is the calls the worker runs: Reported, or for a worker
+	// that does not publish it, the calls whose lease it holds.
 	InFlight int `json:"-"`
 }
 
@@ -277,19 +283,22 @@ func (ts *toolStats) percentiles() (p50, p99 int64) {
 }
 
 func (f *feed) onAudit(m *bus.Msg) {
-	var a protocol.AuditRecord
-	if json.Unmarshal(m.Data, &a) != nil || a.CallID == "" {
-		return
-	}
+	// A message holds a batch of records, one per line.
+	recs, _ := protocol.DecodeAuditRecords(m.Data)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.audits[a.CallID]; !ok {
-		f.auditIDs = append(f.auditIDs, a.CallID)
-	}
-	f.audits[a.CallID] = a
-	if len(f.auditIDs) > auditIndex {
-		delete(f.audits, f.auditIDs[0])
-		f.auditIDs = f.auditIDs[1:]
+	for _, a := range recs {
+		if a.CallID == "" {
+			continue
+		}
+		if _, ok := f.audits[a.CallID]; !ok {
+			f.auditIDs = append(f.auditIDs, a.CallID)
+		}
+		f.audits[a.CallID] = a
+		if len(f.auditIDs) > auditIndex {
+			delete(f.audits, f.auditIDs[0])
+			f.auditIDs = f.auditIDs[1:]
+		}
 	}
 }
 
@@ -412,6 +421,9 @@ func (f *feed) snapshot() poolSnapshot {
 	for _, id := range slices.Sorted(maps.Keys(f.workers)) {
 		w := *f.workers[id]
 		w.InFlight = inflight[id]
+		if w.Concurrency > 0 {
+			w.InFlight = w.Reported
+		}
 		out.Workers = append(out.Workers, w)
 	}
 	pools := f.catalog()
