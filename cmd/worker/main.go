@@ -19,7 +19,7 @@ import (
 	"github.com/capstanhq/capstan/internal/envconfig"
 	"github.com/capstanhq/capstan/internal/logging"
 	"github.com/capstanhq/capstan/internal/telemetry"
-	"github.com/capstanhq/capstan/internal/tools/builtin"
+	"github.com/capstanhq/capstan/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
 	"golang.org/x/term"
 )
