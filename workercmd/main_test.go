@@ -1,4 +1,4 @@
-package main
+package workercmd
 
 import (
 	"bytes"
@@ -71,19 +71,19 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 			// Bounded: a config that wrongly passed would start a worker.
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			err := run(ctx, nil, func(k string) string { return tc.env[k] }, &out, &errb)
+			err := Run(ctx, nil, func(k string) string { return tc.env[k] }, &out, &errb)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	err := run(context.Background(), []string{"extra"}, func(string) string { return "" }, &bytes.Buffer{}, &bytes.Buffer{})
+	err := Run(context.Background(), []string{"extra"}, func(string) string { return "" }, &bytes.Buffer{}, &bytes.Buffer{})
 	require.ErrorContains(t, err, `unexpected argument "extra"`)
 }
 
-// buildWorker compiles this command once per test binary.
+// buildWorker compiles cmd/worker, which is Main.
 func buildWorker(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "worker")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/capstanhq/capstan/cmd/worker")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	return bin
