@@ -34,7 +34,9 @@ func TestRunHostsExtraToolsAndWarnsWithoutDefault(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &lockedBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, nil, func(k string) string { return env[k] }, io.Discard, logs, weatherTool()) }()
+	go func() {
+		done <- Run(ctx, nil, func(k string) string { return env[k] }, io.Discard, logs, weatherTool())
+	}()
 	defer func() {
 		cancel()
 		select {
