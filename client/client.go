@@ -27,21 +27,37 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/wire"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Call is a tool call (protocol.md, "Call message").
-type Call = protocol.Call
+// Call is a tool call (docs/protocol.md, "Call message"); its fields are
+// documented on wire.Call. Tool and SessionID are required; CallID and Args
+// are required on the wire too, and Submit fills them when missing (NewID,
+// {}).
+type Call = wire.Call
 
-// Result is the one answer to a call (protocol.md, "Result message").
-type Result = protocol.Result
+// Result is the one answer to a call (docs/protocol.md, "Result message");
+// its fields are documented on wire.Result. Code compares with the
+// constants of wire and tool: r.Code == tool.CodeInputInvalid.
+type Result = wire.Result
 
-// Progress is a progress event (protocol.md, "Progress event").
-type Progress = protocol.Progress
+// Progress is a progress event (docs/protocol.md, "Progress event"); its
+// fields are documented on wire.Progress.
+type Progress = wire.Progress
 
-// CatalogEntry is a tool's definition in the tool catalog (protocol.md, "Tool catalog").
-type CatalogEntry = protocol.CatalogEntry
+// CatalogEntry is a tool's definition in the tool catalog (docs/protocol.md,
+// "Tool catalog"); its fields are documented on wire.CatalogEntry.
+type CatalogEntry = wire.CatalogEntry
+
+// Code is the failure class of a result (wire.Code, the same type as
+// tool.Code).
+type Code = wire.Code
+
+// Audience is who a progress event is for (wire.Audience, the same type as
+// tool.Audience): the audience argument of Progress.
+type Audience = wire.Audience
 
 // DefaultWait is how long a turn waits for the result of a call that sets no
 // timeout_ms: the workers' default call timeout (60s) plus 10s of slack.
