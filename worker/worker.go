@@ -15,6 +15,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/argschema"
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/embedded"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/ratelimit"
 	scopedfs "github.com/capstanhq/capstan/internal/scoped/fs"
@@ -216,7 +217,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	url, creds := w.cfg.NATSURL, w.cfg.NATSCreds
 	if url == "" {
 		// The embedded server accepts only the credentials it generated.
-		srv, err := bus.StartServer(bus.ServerConfig{DataDir: w.cfg.DataDir, Port: w.cfg.EmbeddedPort})
+		srv, err := embedded.Start(embedded.Config{DataDir: w.cfg.DataDir, Port: w.cfg.EmbeddedPort})
 		if err != nil {
 			return err
 		}

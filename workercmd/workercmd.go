@@ -25,7 +25,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/envconfig"
 	"github.com/capstanhq/capstan/internal/logging"
-	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/internal/telemetry/otelsetup"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
@@ -106,7 +106,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "capstan-worker", ServiceInstanceID: cfg.WorkerID,
+	tel, err := otelsetup.Setup(ctx, otelsetup.Config{ServiceName: "capstan-worker", ServiceInstanceID: cfg.WorkerID,
 		Getenv: getenv, Prometheus: true, Logger: log})
 	if err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/internal/telemetry/otelsetup"
 )
 
 // Exit codes.
@@ -55,7 +55,7 @@ type app struct {
 	stderrTTY bool
 	probeURL  string
 	// tel is the OTel set-up of the commands that connect (setup).
-	tel *telemetry.Telemetry
+	tel *otelsetup.Telemetry
 }
 
 func newApp(getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) *app {
