@@ -151,7 +151,7 @@ func (w *Worker) backends() error {
 	case SecretsFile:
 		b, err := secrets.NewFile(w.cfg.SecretsFile)
 		if err != nil {
-			return fmt.Errorf("CAPSTAN_SECRETS_FILE: %w", err)
+			return &FieldError{Field: "SecretsFile", Err: err}
 		}
 		w.secrets = secrets.NewCache(b, w.cfg.SecretCacheTTL, nil)
 	case SecretsVault:

@@ -142,7 +142,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	wc.MeterProvider = tel.MeterProvider
 	w, err := worker.New(wc, append(builtin.All(), extra...)...)
 	if err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
+		return fmt.Errorf("invalid configuration: %w", inEnvTerms(err))
 	}
 	if cfg.HTTPAddr != "" && cfg.HTTPAddr != "off" {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -161,7 +161,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Info("http endpoints: /healthz /readyz /metrics", "addr", ln.Addr().String(),
 			"traces_exported", tel.TracesExported, "metrics_exported", tel.MetricsExported)
 	}
-	err = w.Run(ctx)
+	err = inEnvTerms(w.Run(ctx))
 	stop()
 	if err == nil {
 		log.Info("worker stopped")
