@@ -17,10 +17,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 func TestCarrierIsCaseSensitiveAndLowerCase(t *testing.T) {
 	t.Parallel()
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
