@@ -28,6 +28,7 @@ import (
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/wire"
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -66,8 +67,14 @@ const DefaultWait = 70 * time.Second
 // Config configures a Client. The zero value of every field except NATSURL
 // means its documented default.
 type Config struct {
-	// NATSURL lists NATS servers, comma-separated. Required.
+	// NATSURL lists NATS servers, comma-separated. Required unless
+	// NATSConn is set.
 	NATSURL string
+	// NATSConn, when set, is the connection the client uses instead of
+	// dialing NATSURL (NATSURL, NATSCreds and InboxPrefix must then be
+	// empty, and Name is not used: the connection has its own). The caller
+	// keeps owning it: Close does not close it.
+	NATSConn *nats.Conn
 	// NATSCreds is an optional credentials file: a NATS credentials file (a
 	// user JWT and its seed) or an NKey user seed file such as the
 	// embedded.creds of an embedded server (in its data dir), which
@@ -116,7 +123,10 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	var errs []error
-	if strings.TrimSpace(c.NATSURL) == "" {
+	switch {
+	case c.NATSConn != nil && (c.NATSURL != "" || c.NATSCreds != "" || c.InboxPrefix != ""):
+		errs = append(errs, errors.New("Config.NATSConn is set: Config.NATSURL, Config.NATSCreds and Config.InboxPrefix must be empty"))
+	case c.NATSConn == nil && strings.TrimSpace(c.NATSURL) == "":
 		errs = append(errs, errors.New("Config.NATSURL must be set"))
 	}
 	if err := protocol.CheckToken("Config.Prefix", c.Prefix); err != nil {
@@ -174,7 +184,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	conn, err := bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, Creds: cfg.NATSCreds, Name: cfg.Name, Prefix: cfg.Prefix, Replicas: cfg.StreamReplicas,
-		InboxPrefix: cfg.InboxPrefix})
+		InboxPrefix: cfg.InboxPrefix, NATSConn: cfg.NATSConn})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
