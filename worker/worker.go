@@ -16,6 +16,7 @@ import (
 	"github.com/capstanhq/capstan/internal/argschema"
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/embedded"
+	"github.com/capstanhq/capstan/internal/pipeline"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/ratelimit"
 	scopedfs "github.com/capstanhq/capstan/internal/scoped/fs"
@@ -162,10 +163,7 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 }
 
 // builtinReducers are registered for the built-in tools a worker hosts.
-var builtinReducers = map[string]tool.Reducer{
-	"read_file": shape.ReadFileReducer,
-	"terminal":  shape.TerminalReducer,
-}
+var builtinReducers = pipeline.BuiltinReducers
 
 // RegisterReducer registers fn as the reducer of toolName (at most one per
 // name). The returned function removes this registration; it is idempotent
