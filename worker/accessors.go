@@ -133,7 +133,7 @@ func (w *Worker) backends() error {
 			Namespace: vc.Namespace, Mount: vc.Mount, Prefix: vc.Prefix, Logger: w.log,
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("Config.SecretsBackend %q: %w", SecretsVault, &vaultConfigError{err})
 		}
 		w.vault = v
 		w.secrets = secrets.NewCache(v, w.cfg.SecretCacheTTL, nil)
@@ -155,6 +155,16 @@ func (w *Worker) backends() error {
 	}
 	return nil
 }
+
+// vaultConfigError names the fields of the secrets package's VaultConfig
+// as the fields of Config.Vault they come from.
+type vaultConfigError struct{ err error }
+
+func (e *vaultConfigError) Error() string {
+	return strings.ReplaceAll(e.err.Error(), "VaultConfig.", "Config.Vault.")
+}
+
+func (e *vaultConfigError) Unwrap() error { return e.err }
 
 // networkRefused returns the refusal of a call whose process grant
 // includes network on a machine that allows no network namespace for its

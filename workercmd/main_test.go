@@ -36,7 +36,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"pool", map[string]string{"CAPSTAN_POOL": "a.b"}, `CAPSTAN_POOL "a.b" must match ^[A-Za-z0-9_-]{1,128}$`},
 		{"tools", map[string]string{"CAPSTAN_TOOLS": "echo,nope"}, `CAPSTAN_TOOLS names "nope", which is not a known tool`},
 		{"secrets backend", map[string]string{"CAPSTAN_SECRETS_BACKEND": "s3"}, `CAPSTAN_SECRETS_BACKEND "s3" must be vault, file, env or none`},
-		{"vault without login", map[string]string{"CAPSTAN_SECRETS_BACKEND": "vault"}, `VAULT_TOKEN or VAULT_ROLE_ID (with VAULT_SECRET_ID) must be set for CAPSTAN_SECRETS_BACKEND=vault`},
+		{"vault without login", map[string]string{"CAPSTAN_SECRETS_BACKEND": "vault"}, `invalid configuration: CAPSTAN_SECRETS_BACKEND "vault": VAULT_TOKEN or VAULT_ROLE_ID (with VAULT_SECRET_ID) must be set`},
 		{"vault skip verify", map[string]string{"CAPSTAN_SECRETS_BACKEND": "vault", "VAULT_TOKEN": "t", "VAULT_SKIP_VERIFY": "true"}, `VAULT_SKIP_VERIFY is not supported: the worker always verifies Vault's TLS certificate (give its CA with VAULT_CACERT)`},
 		{"vault skip verify garbage", map[string]string{"VAULT_SKIP_VERIFY": "maybe"}, `VAULT_SKIP_VERIFY is not supported`},
 		{"vault mount empty", map[string]string{"CAPSTAN_SECRETS_BACKEND": "vault", "VAULT_TOKEN": "t", "CAPSTAN_VAULT_MOUNT": "/"}, `CAPSTAN_VAULT_MOUNT must not be empty`},
