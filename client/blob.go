@@ -10,12 +10,13 @@ import (
 	"io"
 
 	"github.com/capstanhq/capstan/internal/bus"
-	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/wire"
 )
 
 // BlobRef refers to a call's full output stored in the blobs bucket
-// (protocol.md, "Large outputs by reference"); Result.Blob holds it.
-type BlobRef = protocol.BlobRef
+// (docs/protocol.md, "Large outputs by reference"); Result.Blob holds it.
+// Its fields are documented on wire.BlobRef.
+type BlobRef = wire.BlobRef
 
 // Blob errors, tested with errors.Is.
 var (

@@ -27,21 +27,38 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/wire"
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Call is a tool call (protocol.md, "Call message").
-type Call = protocol.Call
+// Call is a tool call (docs/protocol.md, "Call message"); its fields are
+// documented on wire.Call. Tool and SessionID are required; CallID and Args
+// are required on the wire too, and Submit fills them when missing (NewID,
+// {}).
+type Call = wire.Call
 
-// Result is the one answer to a call (protocol.md, "Result message").
-type Result = protocol.Result
+// Result is the one answer to a call (docs/protocol.md, "Result message");
+// its fields are documented on wire.Result. Code compares with the
+// constants of wire and tool: r.Code == tool.CodeInputInvalid.
+type Result = wire.Result
 
-// Progress is a progress event (protocol.md, "Progress event").
-type Progress = protocol.Progress
+// Progress is a progress event (docs/protocol.md, "Progress event"); its
+// fields are documented on wire.Progress.
+type Progress = wire.Progress
 
-// CatalogEntry is a tool's definition in the tool catalog (protocol.md, "Tool catalog").
-type CatalogEntry = protocol.CatalogEntry
+// CatalogEntry is a tool's definition in the tool catalog (docs/protocol.md,
+// "Tool catalog"); its fields are documented on wire.CatalogEntry.
+type CatalogEntry = wire.CatalogEntry
+
+// Code is the failure class of a result (wire.Code, the same type as
+// tool.Code).
+type Code = wire.Code
+
+// Audience is who a progress event is for (wire.Audience, the same type as
+// tool.Audience): the audience argument of Progress.
+type Audience = wire.Audience
 
 // DefaultWait is how long a turn waits for the result of a call that sets no
 // timeout_ms: the workers' default call timeout (60s) plus 10s of slack.
@@ -50,8 +67,14 @@ const DefaultWait = 70 * time.Second
 // Config configures a Client. The zero value of every field except NATSURL
 // means its documented default.
 type Config struct {
-	// NATSURL lists NATS servers, comma-separated. Required.
+	// NATSURL lists NATS servers, comma-separated. Required unless
+	// NATSConn is set.
 	NATSURL string
+	// NATSConn, when set, is the connection the client uses instead of
+	// dialing NATSURL (NATSURL, NATSCreds and InboxPrefix must then be
+	// empty, and Name is not used: the connection has its own). The caller
+	// keeps owning it: Close does not close it.
+	NATSConn *nats.Conn
 	// NATSCreds is an optional credentials file: a NATS credentials file (a
 	// user JWT and its seed) or an NKey user seed file such as the
 	// embedded.creds of an embedded server (in its data dir), which
@@ -100,7 +123,10 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	var errs []error
-	if strings.TrimSpace(c.NATSURL) == "" {
+	switch {
+	case c.NATSConn != nil && (c.NATSURL != "" || c.NATSCreds != "" || c.InboxPrefix != ""):
+		errs = append(errs, errors.New("Config.NATSConn is set: Config.NATSURL, Config.NATSCreds and Config.InboxPrefix must be empty"))
+	case c.NATSConn == nil && strings.TrimSpace(c.NATSURL) == "":
 		errs = append(errs, errors.New("Config.NATSURL must be set"))
 	}
 	if err := protocol.CheckToken("Config.Prefix", c.Prefix); err != nil {
@@ -158,7 +184,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	conn, err := bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, Creds: cfg.NATSCreds, Name: cfg.Name, Prefix: cfg.Prefix, Replicas: cfg.StreamReplicas,
-		InboxPrefix: cfg.InboxPrefix})
+		InboxPrefix: cfg.InboxPrefix, NATSConn: cfg.NATSConn})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}

@@ -150,7 +150,7 @@ func (c *Client) Cancel(ctx context.Context, callID, reason string) error {
 // the stored events (kept for 1 h) before new ones. Because the audience is
 // a subject token, a subscriber to one audience never receives another's
 // events. Events that are not valid JSON are skipped.
-func (c *Client) Progress(ctx context.Context, audience protocol.Audience, batchID string, fromStart bool, fn func(Progress)) (stop func(), err error) {
+func (c *Client) Progress(ctx context.Context, audience Audience, batchID string, fromStart bool, fn func(Progress)) (stop func(), err error) {
 	filter, err := c.names.ProgressTail(audience, c.personality, batchID)
 	if err != nil {
 		return nil, fmt.Errorf("client: progress: %w", err)

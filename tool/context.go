@@ -1,15 +1,20 @@
 package tool
 
-import "errors"
+import (
+	"errors"
 
-// Audience says who a progress event is for.
-type Audience string
+	"github.com/capstanhq/capstan/wire"
+)
+
+// Audience says who a progress event is for: wire.Audience, the audience
+// argument of client.Progress too.
+type Audience = wire.Audience
 
 // The three audiences; an empty Audience means AudienceInternal.
 const (
-	AudienceInternal  Audience = "internal"
-	AudienceUser      Audience = "user"
-	AudienceDashboard Audience = "dashboard"
+	AudienceInternal  = wire.AudienceInternal
+	AudienceUser      = wire.AudienceUser
+	AudienceDashboard = wire.AudienceDashboard
 )
 
 // Progress is an event a tool emits while it runs.

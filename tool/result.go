@@ -1,14 +1,17 @@
 package tool
 
-// Code is the failure class of a result; the values equal the wire codes.
-type Code string
+import "github.com/capstanhq/capstan/wire"
 
-// The four result codes.
+// Code is the failure class of a result: wire.Code, the type of a
+// client.Result's Code too.
+type Code = wire.Code
+
+// The four result codes (wire.CodeInputInvalid, ...).
 const (
-	CodeInputInvalid    Code = "input_invalid"
-	CodeNotAvailable    Code = "not_available"
-	CodeExecutionFailed Code = "execution_failed"
-	CodeStaleWrite      Code = "STALE_WRITE"
+	CodeInputInvalid    = wire.CodeInputInvalid
+	CodeNotAvailable    = wire.CodeNotAvailable
+	CodeExecutionFailed = wire.CodeExecutionFailed
+	CodeStaleWrite      = wire.CodeStaleWrite
 )
 
 // Result is what Execute returns: either ok with a value, or a failure with a

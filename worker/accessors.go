@@ -1,18 +1,15 @@
 package worker
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/capstanhq/capstan/internal/capability"
-	"github.com/capstanhq/capstan/internal/scoped/egress"
+	"github.com/capstanhq/capstan/internal/pipeline"
 	"github.com/capstanhq/capstan/internal/scoped/fetch"
 	scopedfs "github.com/capstanhq/capstan/internal/scoped/fs"
 	scopedkv "github.com/capstanhq/capstan/internal/scoped/kv"
@@ -53,41 +50,25 @@ func (d *denials) list() []string {
 	return slices.Clone(d.codes)
 }
 
-// attach gives the tool exactly the accessors its resolved grant allows.
+// attach gives the tool exactly the accessors its resolved grant allows
+// (pipeline.Attach).
 func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
-	var sec *scopedsecrets.Accessor
-	if g.Secrets != nil && w.secrets != nil {
-		sec = scopedsecrets.New(g.Secrets, w.secrets, rec.add)
-		tc.Secrets = sec
-	}
-	if g.Network != nil {
-		var opts []fetch.Option
-		if sec != nil {
-			// Secrets are injected at egress, by the fetcher, to the hosts
-			// secrets.send_to binds them to (security.md section 4).
-			inj := tracedInjection{next: scopedsecrets.NewInjection(sec), tracer: w.obs.tracer}
-			opts = append(opts, fetch.WithSecrets(inj))
-		}
-		tc.Fetch = fetch.New(g.Network, fetch.Config{WrapTransport: w.httpTransport}, rec.add, opts...)
-	}
-	// A reach that resolved to nothing is no accessor at all, so file tools
-	// answer "Filesystem capability not configured" (tools.md).
-	if !g.FS.Empty() {
-		tc.FS = scopedfs.New(g.FS, w.fsCfg, rec.add)
-		tc.Reads = reads.New(w.kv.reads, cmp.Or(tc.SessionKey, tc.SessionID))
-	}
-	if g.Process != nil {
-		reach := process.Reach{FS: g.FS, Network: !g.Network.Empty()}
-		if reach.Network {
-			// The children's egress proxy: the same grant and dial-time
-			// checks as the fetch accessor; each refusal is recorded as a
-			// denial (audit record, span event, metric).
-			reach.Egress = egressProxy{egress.Config{Dialer: fetch.NewDialer(g.Network, fetch.Config{}, rec.add)}}
-		}
-		tc.Process = process.New(g.Process, reach, w.resolver, w.procCfg, rec.add)
-	}
-	if g.Storage != nil {
-		tc.KV = scopedkv.New(w.kv.storage, g.Storage, rec.add)
+	pipeline.Attach(tc, g, w.accessorBackends(), rec.add)
+}
+
+// accessorBackends is what the accessors of a call share: the worker's
+// backends, its tracing, and its read-record and storage buckets.
+func (w *Worker) accessorBackends() pipeline.Backends {
+	return pipeline.Backends{
+		Secrets: w.secrets, FS: w.fsCfg, Process: w.procCfg, Resolver: w.resolver,
+		Fetch: fetch.Config{WrapTransport: w.httpTransport},
+		WrapInjection: func(inj *scopedsecrets.Injection) fetch.Secrets {
+			return tracedInjection{next: inj, tracer: w.obs.tracer}
+		},
+		Reads: func(session string) tool.ReadRecords { return reads.New(w.kv.reads, session) },
+		Storage: func(g *capability.StorageGrant, onDeny func(error)) tool.KV {
+			return scopedkv.New(w.kv.storage, g, onDeny)
+		},
 	}
 }
 
@@ -114,13 +95,6 @@ func (t tracedInjection) Resolve(ctx context.Context, ref string) (string, error
 	return v, err
 }
 
-// egressProxy serves one call's egress proxy (process.Egress).
-type egressProxy struct{ cfg egress.Config }
-
-func (p egressProxy) Serve(ctx context.Context, ln net.Listener) error {
-	return egress.Serve(ctx, ln, p.cfg)
-}
-
 // floorPaths are the worker's own files, never reachable by a tool.
 func (c Config) floorPaths() []string {
 	var out []string
@@ -137,9 +111,7 @@ func (c Config) floorPaths() []string {
 
 // isInfra reports whether a tool's error is an infrastructure fault that
 // must lead to redelivery rather than an answer.
-func isInfra(err error) bool {
-	return errors.Is(err, secrets.ErrUnavailable) || errors.Is(err, tool.ErrUnavailable)
-}
+func isInfra(err error) bool { return pipeline.IsInfra(err) }
 
 // backends builds what the accessors share, once per worker: the secrets
 // backend (nil for none, which fails closed), the binary resolver on
@@ -151,7 +123,7 @@ func (w *Worker) backends() error {
 	case SecretsFile:
 		b, err := secrets.NewFile(w.cfg.SecretsFile)
 		if err != nil {
-			return fmt.Errorf("CAPSTAN_SECRETS_FILE: %w", err)
+			return &FieldError{Field: "SecretsFile", Err: err}
 		}
 		w.secrets = secrets.NewCache(b, w.cfg.SecretCacheTTL, nil)
 	case SecretsVault:
@@ -161,7 +133,7 @@ func (w *Worker) backends() error {
 			Namespace: vc.Namespace, Mount: vc.Mount, Prefix: vc.Prefix, Logger: w.log,
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("Config.SecretsBackend %q: %w", SecretsVault, &vaultConfigError{err})
 		}
 		w.vault = v
 		w.secrets = secrets.NewCache(v, w.cfg.SecretCacheTTL, nil)
@@ -183,6 +155,16 @@ func (w *Worker) backends() error {
 	}
 	return nil
 }
+
+// vaultConfigError names the fields of the secrets package's VaultConfig
+// as the fields of Config.Vault they come from.
+type vaultConfigError struct{ err error }
+
+func (e *vaultConfigError) Error() string {
+	return strings.ReplaceAll(e.err.Error(), "VaultConfig.", "Config.Vault.")
+}
+
+func (e *vaultConfigError) Unwrap() error { return e.err }
 
 // networkRefused returns the refusal of a call whose process grant
 // includes network on a machine that allows no network namespace for its

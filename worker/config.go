@@ -14,6 +14,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/scoped/process"
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -26,6 +27,12 @@ type Config struct {
 	// JetStream server on EmbeddedPort with its store in DataDir; it requires
 	// the credentials it writes to <DataDir>/embedded.creds.
 	NATSURL string
+	// NATSConn, when set, is the NATS connection the worker uses instead
+	// of dialing NATSURL or starting an embedded server (NATSURL and
+	// NATSCreds must then be empty). The caller keeps owning it: the
+	// worker does not close it. It must be allowed what a worker does
+	// (docs/operations.md, "NATS users").
+	NATSConn *nats.Conn
 	// NATSCreds is an optional credentials file for NATSURL: a NATS
 	// credentials file or an NKey user seed file (such as another worker's
 	// embedded.creds). Not used with an embedded server.
@@ -228,63 +235,84 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// FieldError is a Config field that New refuses. Field is the field's Go
+// path in Config ("Concurrency", "Blobs.MaxBytes"); the message starts
+// with "Config." and the path, and may name other fields the same way. A
+// program that fills Config from elsewhere (environment variables, flags)
+// finds the field with errors.As and names its own setting.
+type FieldError struct {
+	// Field is the field's path below Config.
+	Field string
+	// Err says what is wrong with the value.
+	Err error
+}
+
+// Error returns "Config.<Field> <reason>".
+func (e *FieldError) Error() string { return "Config." + e.Field + " " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func fieldErrorf(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
 func (c Config) validate() error {
 	var errs []error
-	if err := protocol.CheckToken("CAPSTAN_SUBJECT_PREFIX", c.Prefix); err != nil {
-		errs = append(errs, err)
+	if c.NATSConn != nil && (c.NATSURL != "" || c.NATSCreds != "") {
+		errs = append(errs, fieldErrorf("NATSConn", "is set: Config.NATSURL and Config.NATSCreds must be empty"))
 	}
-	if err := protocol.CheckToken("CAPSTAN_POOL", c.Pool); err != nil {
-		errs = append(errs, err)
-	}
-	if err := protocol.CheckToken("CAPSTAN_DEFAULT_PERSONALITY", c.DefaultPersonality); err != nil {
-		errs = append(errs, err)
+	for _, tok := range []struct{ field, value string }{{"Prefix", c.Prefix}, {"Pool", c.Pool}, {"DefaultPersonality", c.DefaultPersonality}} {
+		if !protocol.ValidToken(tok.value) {
+			errs = append(errs, fieldErrorf(tok.field, "%q must match ^[A-Za-z0-9_-]{1,128}$", tok.value))
+		}
 	}
 	if c.Concurrency < 1 {
-		errs = append(errs, fmt.Errorf("CAPSTAN_CONCURRENCY must be at least 1, got %d", c.Concurrency))
+		errs = append(errs, fieldErrorf("Concurrency", "must be at least 1, got %d", c.Concurrency))
 	}
 	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
-		errs = append(errs, fmt.Errorf("CAPSTAN_STREAM_REPLICAS must be 1 to 5, got %d", c.StreamReplicas))
+		errs = append(errs, fieldErrorf("StreamReplicas", "must be 1 to 5, got %d", c.StreamReplicas))
 	}
 	if c.MaxDeliver < 1 {
-		errs = append(errs, fmt.Errorf("CAPSTAN_MAX_DELIVER must be at least 1, got %d", c.MaxDeliver))
+		errs = append(errs, fieldErrorf("MaxDeliver", "must be at least 1, got %d", c.MaxDeliver))
 	}
 	if c.AckWait < bus.MinAckWait {
-		errs = append(errs, fmt.Errorf("CAPSTAN_ACK_WAIT must be at least %s, got %s", bus.MinAckWait, c.AckWait))
+		errs = append(errs, fieldErrorf("AckWait", "must be at least %s, got %s", bus.MinAckWait, c.AckWait))
 	}
 	if c.CallTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("CAPSTAN_CALL_TIMEOUT must be positive, got %s", c.CallTimeout))
+		errs = append(errs, fieldErrorf("CallTimeout", "must be positive, got %s", c.CallTimeout))
 	}
 	if c.SecretCacheTTL < 0 {
-		errs = append(errs, fmt.Errorf("CAPSTAN_SECRET_CACHE_TTL must not be negative, got %s", c.SecretCacheTTL))
+		errs = append(errs, fieldErrorf("SecretCacheTTL", "must not be negative, got %s", c.SecretCacheTTL))
 	}
 	if c.ShutdownGrace < 0 {
-		errs = append(errs, fmt.Errorf("CAPSTAN_SHUTDOWN_GRACE must not be negative, got %s", c.ShutdownGrace))
+		errs = append(errs, fieldErrorf("ShutdownGrace", "must not be negative, got %s", c.ShutdownGrace))
 	}
 	if c.ResultMaxBytes < MinResultMaxBytes {
-		errs = append(errs, fmt.Errorf("CAPSTAN_RESULT_MAX_BYTES must be at least %d, got %d", MinResultMaxBytes, c.ResultMaxBytes))
+		errs = append(errs, fieldErrorf("ResultMaxBytes", "must be at least %d, got %d", MinResultMaxBytes, c.ResultMaxBytes))
 	}
 	if c.StructuredMaxBytes < 1 {
-		errs = append(errs, fmt.Errorf("CAPSTAN_STRUCTURED_MAX_BYTES must be at least 1, got %d", c.StructuredMaxBytes))
+		errs = append(errs, fieldErrorf("StructuredMaxBytes", "must be at least 1, got %d", c.StructuredMaxBytes))
 	}
 	if c.Blobs.MaxBytes < 1 || c.Blobs.MaxBytes > MaxBlobMaxBytes {
-		errs = append(errs, fmt.Errorf("CAPSTAN_BLOB_MAX_BYTES must be 1 to %d, got %d", MaxBlobMaxBytes, c.Blobs.MaxBytes))
+		errs = append(errs, fieldErrorf("Blobs.MaxBytes", "must be 1 to %d, got %d", MaxBlobMaxBytes, c.Blobs.MaxBytes))
 	}
 	if c.Blobs.MinBytes > c.Blobs.MaxBytes {
-		errs = append(errs, fmt.Errorf("CAPSTAN_BLOB_MIN_BYTES (%d) must not exceed CAPSTAN_BLOB_MAX_BYTES (%d)", c.Blobs.MinBytes, c.Blobs.MaxBytes))
+		errs = append(errs, fieldErrorf("Blobs.MinBytes", "(%d) must not exceed Config.Blobs.MaxBytes (%d)", c.Blobs.MinBytes, c.Blobs.MaxBytes))
 	}
 	if _, err := process.ParseNetworkMode(c.ProcessNetwork); err != nil {
-		errs = append(errs, fmt.Errorf("CAPSTAN_PROCESS_NETWORK %w", err))
+		errs = append(errs, &FieldError{Field: "ProcessNetwork", Err: err})
 	}
 	switch c.SecretsBackend {
 	case SecretsVault, SecretsFile, SecretsEnv, SecretsNone:
 	default:
-		errs = append(errs, fmt.Errorf("CAPSTAN_SECRETS_BACKEND %q must be vault, file, env or none", c.SecretsBackend))
+		errs = append(errs, fieldErrorf("SecretsBackend", "%q must be vault, file, env or none", c.SecretsBackend))
 	}
 	if c.SecretsBackend == SecretsFile && c.SecretsFile == "" {
-		errs = append(errs, errors.New("CAPSTAN_SECRETS_FILE must be set when CAPSTAN_SECRETS_BACKEND=file"))
+		errs = append(errs, fieldErrorf("SecretsFile", "must be set when Config.SecretsBackend is %q", SecretsFile))
 	}
 	if !workerIDRE.MatchString(c.WorkerID) {
-		errs = append(errs, fmt.Errorf("CAPSTAN_WORKER_ID %q must be 1 to 256 of A-Z a-z 0-9 _ = - . and must not start or end with a dot", c.WorkerID))
+		errs = append(errs, fieldErrorf("WorkerID", "%q must be 1 to 256 of A-Z a-z 0-9 _ = - . and must not start or end with a dot", c.WorkerID))
 	}
 	return errors.Join(errs...)
 }

@@ -31,12 +31,16 @@ func embeddedWorker(t *testing.T, logs *lockedBuffer) (url, dataDir string) {
 	w, err := worker.New(worker.Config{DataDir: dataDir, EmbeddedPort: port, WorkerID: "embedded-1", ShutdownGrace: time.Millisecond,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil))}, echo.Tool())
 	require.NoError(t, err)
+	_, running := w.Embedded()
+	require.False(t, running, "no server before Run")
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-errc)
+		_, running := w.Embedded()
+		require.False(t, running, "no server after Run")
 	})
 	select {
 	case <-w.Ready():
@@ -47,7 +51,11 @@ func embeddedWorker(t *testing.T, logs *lockedBuffer) (url, dataDir string) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("worker not ready in 60s:\n%s", logs)
 	}
-	return "nats://127.0.0.1:" + strconv.Itoa(port), dataDir
+	url = "nats://127.0.0.1:" + strconv.Itoa(port)
+	srv, running := w.Embedded()
+	require.True(t, running)
+	require.Equal(t, worker.EmbeddedServer{URL: url, CredsFile: filepath.Join(dataDir, "embedded.creds")}, srv)
+	return url, dataDir
 }
 
 // TestWorkerEmbeddedServerUsesGeneratedCredentials: the worker connects to

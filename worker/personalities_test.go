@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -66,4 +67,27 @@ func TestExamplePersonalitiesAreValid(t *testing.T) {
 	require.ElementsMatch(t, []string{"coder", "default", "researcher"}, keys)
 	e.call(protocol.Call{CallID: "ex", Tool: "echo", PersonalityID: "researcher", Args: json.RawMessage(`{"text":"ok"}`)})
 	require.Equal(t, "ok", e.result("ex", "ex").Value)
+}
+
+func TestMissingDefaultPersonalityIsWarnedAtStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // stores "default"
+	for _, tc := range []struct {
+		name, personality string
+		warned            bool
+	}{
+		{"missing", "nobody", true},
+		{"present", "default", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &lockedBuffer{}
+			e.start(worker.Config{DefaultPersonality: tc.personality, WorkerID: "warn-" + tc.name,
+				Logger: slog.New(slog.NewTextHandler(logs, nil))})
+			if !tc.warned {
+				require.NotContains(t, logs.String(), "no personality")
+				return
+			}
+			require.Contains(t, logs.String(), `level=WARN msg="no personality \"nobody\" exists: calls that name no personality will be refused with \"Unknown personality: nobody\"; add one: put a file with \"id: nobody\" in the personalities directory (Config.PersonalitiesDir, CAPSTAN_PERSONALITIES_DIR`)
+		})
+	}
 }

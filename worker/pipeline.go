@@ -3,13 +3,11 @@ package worker
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/pipeline"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/ratelimit"
 	"github.com/capstanhq/capstan/internal/shape"
@@ -87,12 +85,8 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running
 		return refuse(call, protocol.DecisionPersonality, protocol.CodeNotAvailable, err.Error())
 	}
 	a.p = p
-	// 4. Toolset, MCP-server and plugin filters.
-	if ref := capability.ToolsetGate(&h.Tool, p, call.NarrowTools); ref != nil {
-		return refusal(call, ref)
-	}
-	// 5. Permissions.
-	if ref := capability.PermissionGate(&h.Tool, p); ref != nil {
+	// 4. Toolset, MCP-server and plugin filters; 5. permissions.
+	if ref := pipeline.Surface(&h.Tool, p, call); ref != nil {
 		return refusal(call, ref)
 	}
 	tc := w.toolContext(call, p)
@@ -113,25 +107,17 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running
 			return o
 		}
 	}
-	// 8. Arguments.
-	if err := h.schema.Validate(call.Args); err != nil {
-		return refuse(call, protocol.DecisionSchema, protocol.CodeInputInvalid, err.Error())
-	}
-	// 9. Capabilities: registration-time validation against this
-	// personality, fail-closed backends, resolution.
-	if errs := capability.ValidateTool(&h.Tool, p); len(errs) > 0 {
-		msgs := make([]string, len(errs))
-		for i, e := range errs {
-			msgs[i] = e.Message
-		}
-		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, strings.Join(msgs, "; "))
+	// 8. Arguments; 9. capabilities: registration-time validation against
+	// this personality, fail-closed backends, resolution.
+	if ref := pipeline.Arguments(&h.Tool, h.schema, p, call); ref != nil {
+		return refusal(call, ref)
 	}
 	if msg := w.missingBackend(&h.Tool); msg != "" {
 		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, msg)
 	}
-	grant, err := capability.Resolve(&h.Tool, p, capability.CallView{Tool: call.Tool, SessionID: call.SessionID, PersonalityID: call.PersonalityID, WorkingDir: call.WorkingDir})
-	if err != nil {
-		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, err.Error())
+	grant, ref := pipeline.Resolve(&h.Tool, p, call)
+	if ref != nil {
+		return refusal(call, ref)
 	}
 	if msg := w.networkRefused(grant); msg != "" {
 		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, msg)
@@ -231,16 +217,7 @@ func available(ctx context.Context, h *hosted, tc *tool.Context) (ok bool) {
 
 // toolContext builds the tool's view of the call.
 func (w *Worker) toolContext(call *protocol.Call, p *capability.Personality) *tool.Context {
-	budget := call.ResultBudgetChars
-	if budget <= 0 {
-		budget = int64(cmp.Or(p.BudgetChars, protocol.DefaultTurnBudgetChars))
-	}
-	tc := &tool.Context{
-		CallID: call.CallID, BatchID: call.EffectiveBatchID(), SessionID: call.SessionID, SessionKey: call.SessionKey,
-		Platform: cmp.Or(call.Platform, protocol.DefaultPlatform), WorkingDir: cmp.Or(call.WorkingDir, p.FSReach.Workdir),
-		AgentID: call.AgentID, PersonalityID: p.ID, TeamID: call.TeamID, MemoryScopeID: call.MemoryScopeID,
-		CurrentTurn: call.CurrentTurn, MessageCount: call.MessageCount, ResultBudgetChars: budget, DryRun: call.DryRun,
-	}
+	tc := pipeline.ToolContext(call, p)
 	tc.EmitFunc = w.emitter(call, tc)
 	return tc
 }
@@ -267,13 +244,8 @@ func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Cal
 	}
 	done := make(chan ran, 1)
 	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- ran{err: fmt.Errorf("tool %s panicked: %v", h.Name, p)}
-			}
-		}()
 		injectCallFault(call)
-		res, err := h.Execute(ctx, call.Args, tc)
+		res, err := pipeline.Call(ctx, &h.Tool, call.Args, tc)
 		done <- ran{res: res, err: err}
 	}()
 	var out ran
@@ -284,85 +256,22 @@ func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Cal
 	if ctx.Err() != nil {
 		return tool.Result{}, context.Cause(ctx)
 	}
-	if out.err != nil {
-		if isInfra(out.err) {
-			return tool.Result{}, out.err
-		}
-		return tool.Fail(tool.CodeExecutionFailed, out.err.Error()), nil
-	}
-	if !out.res.OK && !protocol.Code(out.res.Code).Valid() {
-		out.res.Code = tool.CodeExecutionFailed
-	}
-	if !out.res.OK && out.res.Error == "" {
-		out.res.Error = "tool " + h.Name + " failed without a message"
-	}
-	return out.res, nil
+	return pipeline.Outcome(h.Name, out.res, out.err)
 }
 
-// shapeResult applies steps 12–15: reducer, secret redaction, budget trim and
-// untrusted wrapping, with the result held to limit bytes encoded
-// (fitText: the structured payload is left out first, then the text is cut
-// further). body is the text published before the untrusted wrap or
+// shapeResult applies steps 12–15 (pipeline.Shape): reducer, secret
+// redaction, budget trim and untrusted wrapping, with the result held to
+// limit bytes encoded; a result no message can carry becomes the oversized
+// failure. body is the text published before the untrusted wrap or
 // stripping: what planBlob compares with the full output.
 func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, res tool.Result, limit int) (out protocol.Result, body string) {
-	res, _ = w.reducers.Apply(h.Name, res, call.Args, tc)
-	res = shape.RedactResult(res, secretValues(tc))
-	out = protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, OK: res.OK, CostUSD: res.CostUSD,
-		Untrusted: h.OutputIsUntrusted, WorkerID: w.cfg.WorkerID}
-	budget := shape.Budget(tc.ResultBudgetChars, h.MaxResultChars)
-	text := res.Value
-	var finish func(string) string
-	if !res.OK {
-		out.Code = protocol.Code(res.Code)
-		text = res.Error
-		if h.OutputIsUntrusted {
-			finish = shape.StripTemplateTokens
-		}
-	} else {
-		if h.OutputIsUntrusted {
-			src := shape.Source(h.Name, call.Args, resolvedPath(call, tc.WorkingDir))
-			finish = func(v string) string { return shape.WrapUntrusted(v, src, h.Name) }
-		}
-		if res.Structured != nil {
-			if b, err := json.Marshal(res.Structured); err == nil {
-				out.Structured = b
-			}
-		}
-	}
-	recordBody := func(s string) string {
-		body = s
-		if finish != nil {
-			return finish(s)
-		}
-		return s
-	}
-	if !fitText(&out, text, budget, recordBody, limit, w.cfg.StructuredMaxBytes) {
+	out, body, fits := pipeline.Shape(&h.Tool, w.reducers, call, tc, res, w.cfg.WorkerID, pipeline.Limits{Bytes: limit, StructuredBytes: w.cfg.StructuredMaxBytes})
+	if !fits {
 		out = w.oversized(out, encodedLen(&out), w.limitText(min(w.cfg.ResultMaxBytes, w.conn.MaxPayload())))
-		body = ""
 	}
 	return out, body
 }
 
-// resolvedPath is the absolute path a `path` argument resolves to, joined to
-// the call's working dir (tools.md step 15: "paths in the source are the
-// resolved absolute paths"). The working dir is the tool context's: the fs
-// grant's when the tool declares fs_reach, else the call's working_dir or the
-// personality's workdir. It used to be resolved only for tools with an fs
-// grant, so an untrusted tool without fs_reach named a relative path.
-func resolvedPath(call *protocol.Call, workingDir string) string {
-	var a struct {
-		Path string `json:"path"`
-	}
-	if json.Unmarshal(call.Args, &a) != nil || a.Path == "" {
-		return ""
-	}
-	return capability.JoinPath(workingDir, a.Path)
-}
-
-// secretValues returns the secret values the call's accessor resolved, for redaction.
-func secretValues(tc *tool.Context) []string {
-	if v, ok := tc.Secrets.(interface{ Resolved() []string }); ok {
-		return v.Resolved()
-	}
-	return nil
-}
+// secretValues returns the secret values the call's accessor resolved, for
+// redaction (pipeline.SecretValues).
+func secretValues(tc *tool.Context) []string { return pipeline.SecretValues(tc) }

@@ -74,11 +74,41 @@ func (ps *policies) get(id string) (*capability.Personality, error) {
 	return e.p, nil
 }
 
-// loadPersonalities validates every *.yaml, *.yml and *.json file of
+// loadPersonalities stores the personality files of PersonalitiesDir
+// (loadPersonalityFiles), then warns when the default personality does not
+// exist: every call that names no personality would be refused.
+func (w *Worker) loadPersonalities(ctx context.Context) error {
+	if err := w.loadPersonalityFiles(ctx); err != nil {
+		return err
+	}
+	w.warnNoDefaultPersonality(ctx)
+	return nil
+}
+
+// warnNoDefaultPersonality logs a warning saying how to add the default
+// personality when the bucket holds none under that id. A failed look-up is
+// logged at debug level only: the calls themselves report what is wrong.
+func (w *Worker) warnNoDefaultPersonality(ctx context.Context) {
+	id := w.cfg.DefaultPersonality
+	_, found, err := w.kv.personalities.Get(ctx, id)
+	if err != nil {
+		w.log.DebugContext(ctx, "could not check for the default personality", "personality", id, "error", err)
+		return
+	}
+	if found {
+		return
+	}
+	w.log.WarnContext(ctx, fmt.Sprintf("no personality %q exists: calls that name no personality will be refused with \"Unknown personality: %s\"; "+
+		"add one: put a file with \"id: %s\" in the personalities directory (Config.PersonalitiesDir, CAPSTAN_PERSONALITIES_DIR; "+
+		"examples/personalities has some), or store it with \"dispatcher personality put <file>\" (docs/capabilities.md)", id, id, id),
+		"personality", id, "bucket", w.names.PersonalitiesBucket())
+}
+
+// loadPersonalityFiles validates every *.yaml, *.yml and *.json file of
 // PersonalitiesDir against the hosted tools and stores them in the bucket.
 // Any invalid file stops the worker, naming the file and all its errors; so
 // does a NATS user that may not write the bucket, saying how to load them.
-func (w *Worker) loadPersonalities(ctx context.Context) error {
+func (w *Worker) loadPersonalityFiles(ctx context.Context) error {
 	dir := w.cfg.PersonalitiesDir
 	if dir == "" {
 		return nil

@@ -12,6 +12,8 @@ import (
 
 	"github.com/capstanhq/capstan/internal/argschema"
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/embedded"
+	"github.com/capstanhq/capstan/internal/pipeline"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/ratelimit"
 	scopedfs "github.com/capstanhq/capstan/internal/scoped/fs"
@@ -61,6 +63,8 @@ type Worker struct {
 	blobsOn atomic.Bool
 	// retryLimit is ResultRetryLimit (tests shorten it).
 	retryLimit time.Duration
+	// embedded is the embedded server while Run has one running.
+	embedded atomic.Pointer[EmbeddedServer]
 
 	// Shared by the scoped accessors (built by New).
 	secrets  secrets.Backend
@@ -131,12 +135,12 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 	}
 	for _, name := range cfg.Tools {
 		if _, ok := w.tools[name]; !ok {
-			return nil, fmt.Errorf("CAPSTAN_TOOLS names %q, which is not a known tool", name)
+			return nil, fieldErrorf("Tools", "names %q, which is not a known tool", name)
 		}
 	}
 	for _, name := range cfg.Blobs.Tools {
 		if _, ok := w.tools[name]; !ok {
-			return nil, fmt.Errorf("CAPSTAN_BLOB_TOOLS names %q, which this worker does not host", name)
+			return nil, fieldErrorf("Blobs.Tools", "names %q, which this worker does not host", name)
 		}
 	}
 	if err := w.backends(); err != nil {
@@ -159,10 +163,7 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 }
 
 // builtinReducers are registered for the built-in tools a worker hosts.
-var builtinReducers = map[string]tool.Reducer{
-	"read_file": shape.ReadFileReducer,
-	"terminal":  shape.TerminalReducer,
-}
+var builtinReducers = pipeline.BuiltinReducers
 
 // RegisterReducer registers fn as the reducer of toolName (at most one per
 // name). The returned function removes this registration; it is idempotent
@@ -214,19 +215,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopMCP := w.startMCP(ctx)
 	defer stopMCP()
 	url, creds := w.cfg.NATSURL, w.cfg.NATSCreds
-	if url == "" {
+	if url == "" && w.cfg.NATSConn == nil {
 		// The embedded server accepts only the credentials it generated.
-		srv, err := bus.StartServer(bus.ServerConfig{DataDir: w.cfg.DataDir, Port: w.cfg.EmbeddedPort})
+		srv, err := embedded.Start(embedded.Config{DataDir: w.cfg.DataDir, Port: w.cfg.EmbeddedPort})
 		if err != nil {
 			return err
 		}
 		defer srv.Shutdown()
 		url, creds = srv.ClientURL(), srv.CredsFile()
+		w.embedded.Store(&EmbeddedServer{URL: url, CredsFile: creds})
+		defer w.embedded.Store(nil)
 		w.log.InfoContext(ctx, "started embedded NATS server", "url", url, "data_dir", w.cfg.DataDir, "creds_file", creds)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: creds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID, Replicas: w.cfg.StreamReplicas})
+	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: creds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID, Replicas: w.cfg.StreamReplicas, NATSConn: w.cfg.NATSConn})
 	if err != nil {
 		return err
 	}

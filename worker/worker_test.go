@@ -390,18 +390,21 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg  worker.Config
 		want string
 	}{
-		{"pool", worker.Config{Pool: "a.b"}, `CAPSTAN_POOL "a.b" must match`},
-		{"prefix", worker.Config{Prefix: "x y"}, `CAPSTAN_SUBJECT_PREFIX "x y" must match`},
-		{"concurrency", worker.Config{Concurrency: -1}, "CAPSTAN_CONCURRENCY must be at least 1, got -1"},
-		{"secrets", worker.Config{SecretsBackend: "s3"}, `CAPSTAN_SECRETS_BACKEND "s3" must be vault, file, env or none`},
-		{"secrets file", worker.Config{SecretsBackend: "file"}, "CAPSTAN_SECRETS_FILE must be set when CAPSTAN_SECRETS_BACKEND=file"},
-		{"vault without login", worker.Config{SecretsBackend: "vault"}, "VAULT_TOKEN or VAULT_ROLE_ID (with VAULT_SECRET_ID) must be set for CAPSTAN_SECRETS_BACKEND=vault"},
-		{"vault token and approle", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{Token: "t", RoleID: "r", SecretID: "s"}}, "VAULT_TOKEN and VAULT_ROLE_ID are both set: choose token or AppRole login"},
-		{"vault role without secret id", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{RoleID: "r"}}, "VAULT_SECRET_ID must be set with VAULT_ROLE_ID"},
-		{"vault bad address", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{Addr: "ht!tp://x", Token: "t"}}, "VAULT_ADDR: "},
-		{"vault missing ca file", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{Token: "t", CACert: "/nonexistent/ca.pem"}}, "VAULT_CACERT: "},
-		{"worker id", worker.Config{WorkerID: "a b"}, `CAPSTAN_WORKER_ID "a b" must be`},
-		{"unknown tool", worker.Config{Tools: []string{"echo", "nope"}}, `CAPSTAN_TOOLS names "nope", which is not a known tool`},
+		{"pool", worker.Config{Pool: "a.b"}, `Config.Pool "a.b" must match`},
+		{"prefix", worker.Config{Prefix: "x y"}, `Config.Prefix "x y" must match`},
+		{"concurrency", worker.Config{Concurrency: -1}, "Config.Concurrency must be at least 1, got -1"},
+		{"secrets", worker.Config{SecretsBackend: "s3"}, `Config.SecretsBackend "s3" must be vault, file, env or none`},
+		{"secrets file", worker.Config{SecretsBackend: "file"}, `Config.SecretsFile must be set when Config.SecretsBackend is "file"`},
+		{"vault without login", worker.Config{SecretsBackend: "vault"}, `Config.SecretsBackend "vault": Config.Vault.Token or Config.Vault.RoleID (with Config.Vault.SecretID) must be set`},
+		{"vault token and approle", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{Token: "t", RoleID: "r", SecretID: "s"}}, "Config.Vault.Token and Config.Vault.RoleID are both set: choose token or AppRole login"},
+		{"vault role without secret id", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{RoleID: "r"}}, "Config.Vault.SecretID must be set with Config.Vault.RoleID"},
+		{"vault bad address", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{Addr: "ht!tp://x", Token: "t"}}, "Config.Vault.Addr: "},
+		{"vault missing ca file", worker.Config{SecretsBackend: "vault", Vault: worker.VaultConfig{Token: "t", CACert: "/nonexistent/ca.pem"}}, "Config.Vault.CACert: "},
+		{"worker id", worker.Config{WorkerID: "a b"}, `Config.WorkerID "a b" must be`},
+		{"ack wait", worker.Config{AckWait: time.Second}, "Config.AckWait must be at least 3s, got 1s"},
+		{"blob sizes", worker.Config{Blobs: worker.BlobConfig{MinBytes: 100, MaxBytes: 50}}, "Config.Blobs.MinBytes (100) must not exceed Config.Blobs.MaxBytes (50)"},
+		{"process network", worker.Config{ProcessNetwork: "open"}, `Config.ProcessNetwork "open" must be confined or unconfined`},
+		{"unknown tool", worker.Config{Tools: []string{"echo", "nope"}}, `Config.Tools names "nope", which is not a known tool`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -409,7 +412,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	_, err := worker.New(worker.Config{}, tool.Tool{Name: "Bad-Name", Execute: boomTool().Execute})
+	// A program that fills Config from its own settings finds the field.
+	_, err := worker.New(worker.Config{Concurrency: -1, Pool: "a.b"}, echo.Tool())
+	var fe *worker.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Contains(t, []string{"Concurrency", "Pool"}, fe.Field)
+	_, err = worker.New(worker.Config{}, tool.Tool{Name: "Bad-Name", Execute: boomTool().Execute})
 	require.ErrorContains(t, err, "must be snake_case")
 	_, err = worker.New(worker.Config{}, echo.Tool(), echo.Tool())
 	require.ErrorContains(t, err, "tool echo is given twice")

@@ -17,8 +17,9 @@ import (
 
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
-	"github.com/capstanhq/capstan/internal/telemetry"
-	"github.com/capstanhq/capstan/internal/tools/builtin"
+	"github.com/capstanhq/capstan/internal/bus/embedded"
+	"github.com/capstanhq/capstan/internal/telemetry/otelsetup"
+	"github.com/capstanhq/capstan/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
 )
 
@@ -35,7 +36,7 @@ func (a *app) setup(ctx context.Context) (c *client.Client, closeFn func(), ok b
 		return nil, nil, false
 	}
 	level, _ := cfg.slogLevel() // checked by loadConfig
-	tel, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "capstan-dispatcher", Getenv: a.getenv, Logger: a.logger(cfg, level)})
+	tel, err := otelsetup.Setup(ctx, otelsetup.Config{ServiceName: "capstan-dispatcher", Getenv: a.getenv, Logger: a.logger(cfg, level)})
 	if err != nil {
 		a.errorf("invalid configuration: %v", err)
 		return nil, nil, false
@@ -186,7 +187,7 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("local mode: CAPSTAN_DATA_DIR: %w", err)
 	}
-	srv, err := bus.StartServer(bus.ServerConfig{DataDir: dataDir, Port: -1})
+	srv, err := embedded.Start(embedded.Config{DataDir: dataDir, Port: -1})
 	if err != nil {
 		return nil, nil, fmt.Errorf("local mode: %w", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capstanhq/capstan/internal/tools/builtin"
+	"github.com/capstanhq/capstan/tools/builtin"
 	"github.com/stretchr/testify/require"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/explain"
 	"github.com/capstanhq/capstan/internal/protocol"
-	"github.com/capstanhq/capstan/internal/tools/builtin"
+	"github.com/capstanhq/capstan/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
 )
 

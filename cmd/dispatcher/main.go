@@ -18,7 +18,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/internal/telemetry/otelsetup"
 )
 
 // Exit codes.
@@ -55,7 +55,7 @@ type app struct {
 	stderrTTY bool
 	probeURL  string
 	// tel is the OTel set-up of the commands that connect (setup).
-	tel *telemetry.Telemetry
+	tel *otelsetup.Telemetry
 	// natsURL and natsCreds are what the client of setup connected with
 	// (the console opens a second connection with them).
 	natsURL, natsCreds string

@@ -22,7 +22,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/embedded"
 	"github.com/capstanhq/capstan/internal/protocol"
 )
 
@@ -235,7 +235,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	rep := &Report{
 		Started: time.Now().UTC(), GoVersion: runtime.Version(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH,
-		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), NATSServer: bus.ServerVersion(),
+		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), NATSServer: embedded.Version(),
 		Config: reportConfig(cfg),
 	}
 	results := make(map[string][]RunResult)

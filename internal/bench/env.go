@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/embedded"
 	"github.com/capstanhq/capstan/internal/protocol"
-	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/internal/telemetry/otelsetup"
 	"github.com/capstanhq/capstan/internal/tools/echo"
 	"github.com/capstanhq/capstan/worker"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -44,8 +45,8 @@ budget: {result_chars: 80000}
 // env is the server and the load generator's connection.
 type env struct {
 	url   string
-	creds string      // the server's credentials file
-	srv   *bus.Server // nil when the server is not this process's
+	creds string           // the server's credentials file
+	srv   *embedded.Server // nil when the server is not this process's
 	conn  *bus.Conn
 	names protocol.Names
 }
@@ -55,7 +56,7 @@ type env struct {
 func newEnv(ctx context.Context, dir, url, creds string) (*env, error) {
 	e := &env{url: url, creds: creds}
 	if url == "" {
-		srv, err := bus.StartServer(bus.ServerConfig{DataDir: dir, Port: -1})
+		srv, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1})
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
@@ -120,7 +121,7 @@ func (e *env) start(ctx context.Context, s Scenario) (*system, error) {
 		// blocking queue in front of a batch processor; here the exporter
 		// counts and discards.
 		exp = &discardExporter{}
-		q := telemetry.NewDropQueue(sdktrace.NewBatchSpanProcessor(exp, sdktrace.WithBlocking()), 0, func() { dropped.Add(1) })
+		q := otelsetup.NewDropQueue(sdktrace.NewBatchSpanProcessor(exp, sdktrace.WithBlocking()), 0, func() { dropped.Add(1) })
 		sdk = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(q))
 		tp = sdk
 	}
@@ -217,7 +218,7 @@ func (e *env) measure(ctx context.Context, cfg Config, s Scenario, batch string)
 // closed it or died) or ctx ends. Clients authenticate with the credentials
 // file ServeCredsFile(dir).
 func Serve(ctx context.Context, dir string, in io.Reader, out io.Writer) error {
-	srv, err := bus.StartServer(bus.ServerConfig{DataDir: dir, Port: -1})
+	srv, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1})
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

@@ -12,15 +12,16 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/embedded"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 )
 
 // startServer starts an embedded server storing in dir, shut down at test end.
-func startServer(t *testing.T, dir string) *bus.Server {
+func startServer(t *testing.T, dir string) *embedded.Server {
 	t.Helper()
-	s, err := bus.StartServer(bus.ServerConfig{DataDir: dir, Port: -1})
+	s, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1})
 	require.NoError(t, err)
 	t.Cleanup(s.Shutdown)
 	return s
@@ -100,7 +101,7 @@ func TestEmbeddedServerRefusesAnotherSeed(t *testing.T) {
 func TestEveryStartGeneratesNewCredentials(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	first, err := bus.StartServer(bus.ServerConfig{DataDir: dir, Port: -1})
+	first, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1})
 	require.NoError(t, err)
 	oldSeed, err := os.ReadFile(first.CredsFile())
 	require.NoError(t, err)
@@ -122,22 +123,22 @@ func TestEveryStartGeneratesNewCredentials(t *testing.T) {
 func TestReuseCredentialsKeepsTheSeed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	first, err := bus.StartServer(bus.ServerConfig{DataDir: dir, Port: -1, ReuseCredentials: true})
+	first, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1, ReuseCredentials: true})
 	require.NoError(t, err, "no file yet: new credentials")
 	seed, err := os.ReadFile(first.CredsFile())
 	require.NoError(t, err)
 	first.Shutdown()
 
-	again := startServerWith(t, bus.ServerConfig{DataDir: dir, Port: -1, ReuseCredentials: true})
+	again := startServerWith(t, embedded.Config{DataDir: dir, Port: -1, ReuseCredentials: true})
 	kept, err := os.ReadFile(again.CredsFile())
 	require.NoError(t, err)
 	require.Equal(t, seed, kept)
 	require.NoError(t, connectWith(t, again.ClientURL(), again.CredsFile()))
 }
 
-func startServerWith(t *testing.T, cfg bus.ServerConfig) *bus.Server {
+func startServerWith(t *testing.T, cfg embedded.Config) *embedded.Server {
 	t.Helper()
-	s, err := bus.StartServer(cfg)
+	s, err := embedded.Start(cfg)
 	require.NoError(t, err)
 	t.Cleanup(s.Shutdown)
 	return s
@@ -172,7 +173,7 @@ func TestEmbeddedServerRefusesASymlinkedDataDir(t *testing.T) {
 	real := t.TempDir()
 	link := filepath.Join(t.TempDir(), "data")
 	require.NoError(t, os.Symlink(real, link))
-	_, err := bus.StartServer(bus.ServerConfig{DataDir: link, Port: -1})
+	_, err := embedded.Start(embedded.Config{DataDir: link, Port: -1})
 	require.ErrorContains(t, err, "data dir "+link+" is a symbolic link")
 	_, err = os.Stat(filepath.Join(real, "embedded.creds"))
 	require.ErrorIs(t, err, os.ErrNotExist, "nothing was written")
@@ -184,7 +185,7 @@ func TestEmbeddedServerStopsWhenItCannotWriteTheCredentials(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "embedded.creds", "x"), 0o700))
-	_, err := bus.StartServer(bus.ServerConfig{DataDir: dir, Port: -1})
+	_, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1})
 	require.ErrorContains(t, err, "embedded server: write credentials")
 	leftovers, err := filepath.Glob(filepath.Join(dir, ".embedded.creds.*"))
 	require.NoError(t, err)
@@ -265,7 +266,7 @@ func TestFailedStartLeavesTheRunningServersCredentials(t *testing.T) {
 	port, err := strconv.Atoi(portStr)
 	require.NoError(t, err)
 
-	_, err = bus.StartServer(bus.ServerConfig{DataDir: dir, Port: port})
+	_, err = embedded.Start(embedded.Config{DataDir: dir, Port: port})
 	require.ErrorContains(t, err, "address already in use")
 	after, err := os.ReadFile(first.CredsFile())
 	require.NoError(t, err)

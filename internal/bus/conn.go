@@ -37,6 +37,12 @@ type Config struct {
 	// NATS user may subscribe only to its own prefix (deploy/nats/auth.conf),
 	// so that it never receives replies meant for another user.
 	InboxPrefix string
+	// NATSConn, when set, is used instead of dialing URL (which may then be
+	// empty; Creds, Name, ConnectTimeout and InboxPrefix are not used). The
+	// caller keeps owning it: Close does not close it. Permission refusals
+	// the server reports asynchronously reach this package through the
+	// connection's error handler, which is chained to the caller's.
+	NATSConn *nats.Conn
 }
 
 // Conn is a NATS connection with JetStream and Capstan's topology in place.
@@ -47,6 +53,8 @@ type Conn struct {
 	cfg   Config
 	kvs   kvCache
 	den   *denials
+	// borrowed is true for a connection the caller gave (Config.NATSConn).
+	borrowed bool
 }
 
 // Connect connects to cfg.URL and ensures streams and buckets exist with
@@ -55,6 +63,9 @@ type Conn struct {
 // error wrapping ErrPermissionDenied (see PermissionError) as soon as the
 // server says so.
 func Connect(ctx context.Context, cfg Config) (*Conn, error) {
+	if cfg.NATSConn != nil {
+		return adopt(ctx, cfg)
+	}
 	if cfg.URL == "" {
 		return nil, errors.New("bus: NATS URL must be set")
 	}
@@ -98,6 +109,37 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	c := &Conn{nc: nc, js: js, names: names, cfg: cfg, den: den}
 	if err := c.EnsureTopology(ctx); err != nil {
 		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// adopt is Connect with the caller's connection.
+func adopt(ctx context.Context, cfg Config) (*Conn, error) {
+	names, err := protocol.NewNames(cfg.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("bus: %w", err)
+	}
+	cfg.ResultsMaxAge = cmp.Or(cfg.ResultsMaxAge, 24*time.Hour)
+	cfg.Replicas = cmp.Or(cfg.Replicas, 1)
+	nc := cfg.NATSConn
+	if !nc.IsConnected() && !nc.IsReconnecting() {
+		return nil, fmt.Errorf("bus: the given NATS connection is %s", nc.Status())
+	}
+	den := &denials{}
+	theirs := nc.ErrorHandler()
+	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
+		den.onAsyncError(c, sub, err)
+		if theirs != nil {
+			theirs(c, sub, err)
+		}
+	})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	c := &Conn{nc: nc, js: js, names: names, cfg: cfg, den: den, borrowed: true}
+	if err := c.EnsureTopology(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -159,8 +201,14 @@ func Probe(url string, timeout time.Duration, creds string) error {
 // Names returns the subject, stream and bucket names in use.
 func (c *Conn) Names() protocol.Names { return c.names }
 
-// Close drains nothing and closes the connection.
-func (c *Conn) Close() { c.nc.Close() }
+// Close drains nothing and closes the connection, unless the caller gave
+// it (Config.NATSConn): that one stays open.
+func (c *Conn) Close() {
+	if c.borrowed {
+		return
+	}
+	c.nc.Close()
+}
 
 // Flush waits until the server has processed everything sent so far, at
 // most 10s when ctx has no deadline of its own.

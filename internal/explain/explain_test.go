@@ -7,8 +7,8 @@ import (
 
 	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/protocol"
-	"github.com/capstanhq/capstan/internal/tools/builtin"
 	"github.com/capstanhq/capstan/tool"
+	"github.com/capstanhq/capstan/tools/builtin"
 )
 
 // researcherDoc is a personality that sets every key explain shows.

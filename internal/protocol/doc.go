@@ -1,8 +1,10 @@
 // Package protocol holds the version-2 wire contract between dispatchers and
-// workers: message types, subject and stream names, header names and a strict
-// call decoder. It is a leaf package: it imports nothing else of Capstan, never
-// logs and never performs I/O.
+// workers: subject and stream names, header names and a strict call decoder;
+// the message types are package wire's, under the same names here. It
+// imports nothing of Capstan but wire, never logs and never performs I/O.
 package protocol
+
+import "github.com/capstanhq/capstan/wire"
 
 // Version is the value of the Capstan-Protocol header on every message.
 // Version 2 put the personality into the call, result, progress and cancel
@@ -42,37 +44,23 @@ const (
 	DefaultTurnBudgetChars = 80000
 )
 
-// Code is the failure class of a result.
-type Code string
+// Code is the failure class of a result (wire.Code).
+type Code = wire.Code
 
 // The four result codes of protocol.md.
 const (
-	CodeInputInvalid    Code = "input_invalid"
-	CodeNotAvailable    Code = "not_available"
-	CodeExecutionFailed Code = "execution_failed"
-	CodeStaleWrite      Code = "STALE_WRITE"
+	CodeInputInvalid    = wire.CodeInputInvalid
+	CodeNotAvailable    = wire.CodeNotAvailable
+	CodeExecutionFailed = wire.CodeExecutionFailed
+	CodeStaleWrite      = wire.CodeStaleWrite
 )
 
-// Valid reports whether c is one of the four protocol codes.
-func (c Code) Valid() bool {
-	switch c {
-	case CodeInputInvalid, CodeNotAvailable, CodeExecutionFailed, CodeStaleWrite:
-		return true
-	}
-	return false
-}
-
-// Audience is who a progress event is for; it is also a subject token.
-type Audience string
+// Audience is who a progress event is for (wire.Audience).
+type Audience = wire.Audience
 
 // The three audiences. AudienceInternal is the default.
 const (
-	AudienceInternal  Audience = "internal"
-	AudienceUser      Audience = "user"
-	AudienceDashboard Audience = "dashboard"
+	AudienceInternal  = wire.AudienceInternal
+	AudienceUser      = wire.AudienceUser
+	AudienceDashboard = wire.AudienceDashboard
 )
-
-// Valid reports whether a is one of the three audiences.
-func (a Audience) Valid() bool {
-	return a == AudienceInternal || a == AudienceUser || a == AudienceDashboard
-}

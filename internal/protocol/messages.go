@@ -4,148 +4,32 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/capstanhq/capstan/wire"
 )
 
-// Call is a tool call as published on <p>.call.<pool>.<personality>.<tool>.
-// Unknown fields are ignored on decode. PersonalityID, when present, must
-// equal the subject's personality (PersonalityMismatch). A call can never carry policy: capabilities and the
-// personality document come only from the workers' configuration.
-type Call struct {
-	CallID            string          `json:"call_id"`
-	BatchID           string          `json:"batch_id,omitempty"`
-	Tool              string          `json:"tool"`
-	Args              json.RawMessage `json:"args"`
-	SessionID         string          `json:"session_id"`
-	SessionKey        string          `json:"session_key,omitempty"`
-	Platform          string          `json:"platform,omitempty"`
-	WorkingDir        string          `json:"working_dir,omitempty"`
-	PersonalityID     string          `json:"personality_id,omitempty"`
-	AgentID           string          `json:"agent_id,omitempty"`
-	TeamID            string          `json:"team_id,omitempty"`
-	MemoryScopeID     string          `json:"memory_scope_id,omitempty"`
-	CurrentTurn       int64           `json:"current_turn,omitempty"`
-	MessageCount      int64           `json:"message_count,omitempty"`
-	ResultBudgetChars int64           `json:"result_budget_chars,omitempty"`
-	DryRun            bool            `json:"dry_run,omitempty"`
-	Deadline          *time.Time      `json:"deadline,omitempty"`
-	TimeoutMS         int64           `json:"timeout_ms,omitempty"`
-	// ExcludeTools and NarrowTools keep the difference between absent (nil) and
-	// empty: an empty narrow_tools narrows to nothing.
-	ExcludeTools []string `json:"exclude_tools,omitzero"`
-	NarrowTools  []string `json:"narrow_tools,omitzero"`
-}
+// Call is the call message (wire.Call).
+type Call = wire.Call
 
-// EffectiveBatchID returns batch_id, or call_id when the call has none.
-func (c *Call) EffectiveBatchID() string {
-	if c.BatchID == "" {
-		return c.CallID
-	}
-	return c.BatchID
-}
+// Result is the result message (wire.Result).
+type Result = wire.Result
 
-// Result is the one answer to a call, published on
-// <p>.result.<personality>.<batch>.<call>.
-type Result struct {
-	CallID        string          `json:"call_id"`
-	BatchID       string          `json:"batch_id"`
-	Tool          string          `json:"tool"`
-	OK            bool            `json:"ok"`
-	Value         string          `json:"value"`
-	Structured    json.RawMessage `json:"structured,omitempty"`
-	CostUSD       *float64        `json:"cost_usd,omitempty"`
-	Code          Code            `json:"code,omitempty"`
-	Error         string          `json:"error,omitempty"`
-	RetryAfterMS  int64           `json:"retry_after_ms,omitempty"`
-	Truncated     bool            `json:"truncated,omitempty"`
-	OriginalChars int             `json:"original_chars,omitempty"`
-	Untrusted     bool            `json:"untrusted,omitempty"`
-	DurationMS    int64           `json:"duration_ms"`
-	WorkerID      string          `json:"worker_id,omitempty"`
-	Deliveries    int             `json:"deliveries,omitempty"`
-	// StructuredOmitted is true when the tool returned a structured payload
-	// that the result message could not carry (protocol.md, "Result size");
-	// Blob holds it when its Part is BlobPartStructured.
-	StructuredOmitted bool `json:"structured_omitted,omitempty"`
-	// Blob refers to the call's full output, stored in the blobs bucket
-	// because the message carries only a cut of it; nil when nothing was
-	// stored.
-	Blob *BlobRef `json:"blob,omitempty"`
-}
-
-// BlobRef refers to a call's full output stored in the blobs bucket, a
-// JetStream Object Store bucket (protocol.md, "Large outputs by
-// reference"). The object can be read by name with any Object Store client,
-// or, by a user that may read only its personality's blobs, from its chunk
-// subject (ChunkSubject) in stream order; either way its bytes must have
-// Size and SHA256.
-type BlobRef struct {
-	// Bucket is the Object Store bucket: <p>_blobs (stream OBJ_<p>_blobs).
-	Bucket string `json:"bucket"`
-	// Name is the object's name: <personality>/<call_id>.
-	Name string `json:"name"`
-	// NUID is the object's chunk id, "<personality>.<random token>": its
-	// chunks are the messages on $O.<bucket>.C.<nuid>.
-	NUID string `json:"nuid"`
-	// Size is the object's size in bytes.
-	Size int64 `json:"size"`
-	// SHA256 is the hex SHA-256 digest of the object's bytes.
-	SHA256 string `json:"sha256"`
-	// ContentType is "text/plain; charset=utf-8" for a value or an error
-	// message, "application/json" for a structured payload.
-	ContentType string `json:"content_type"`
-	// Part says what the object holds in full: BlobPartValue,
-	// BlobPartError or BlobPartStructured.
-	Part string `json:"part"`
-}
+// BlobRef refers to a call's full output in the blobs bucket (wire.BlobRef).
+type BlobRef = wire.BlobRef
 
 // What a blob holds (BlobRef.Part).
 const (
-	BlobPartValue      = "value"
-	BlobPartError      = "error"
-	BlobPartStructured = "structured"
+	BlobPartValue      = wire.BlobPartValue
+	BlobPartError      = wire.BlobPartError
+	BlobPartStructured = wire.BlobPartStructured
 )
 
 // Content types of blobs.
 const (
-	BlobTypeText = "text/plain; charset=utf-8"
-	BlobTypeJSON = "application/json"
+	BlobTypeText = wire.BlobTypeText
+	BlobTypeJSON = wire.BlobTypeJSON
 )
-
-// ChunkSubject returns the subject of the object's chunks,
-// $O.<bucket>.C.<nuid>, or an error when the bucket or the id is not made
-// of valid tokens.
-func (b *BlobRef) ChunkSubject() (string, error) {
-	if err := CheckToken("blob bucket", b.Bucket); err != nil {
-		return "", err
-	}
-	personality, id, ok := strings.Cut(b.NUID, ".")
-	if !ok || !ValidToken(personality) || !ValidToken(id) {
-		return "", fmt.Errorf("blob nuid %q must be <personality>.<token>", b.NUID)
-	}
-	return "$O." + b.Bucket + ".C." + b.NUID, nil
-}
-
-// MarshalJSON writes value only for ok results and error/code only for failures.
-func (r Result) MarshalJSON() ([]byte, error) {
-	type plain Result
-	type okShape struct {
-		plain
-		Code  Code   `json:"code,omitempty"`
-		Error string `json:"error,omitempty"`
-	}
-	type failShape struct {
-		plain
-		Value string `json:"value,omitempty"`
-	}
-	if r.OK {
-		p := plain(r)
-		p.Code, p.Error = "", ""
-		return json.Marshal(okShape{plain: p})
-	}
-	return json.Marshal(failShape{plain: plain(r)})
-}
 
 // EncodeResult encodes r as MarshalJSON does. Calling it rather than
 // json.Marshal(r) spares encoding/json's second pass over the bytes a
@@ -166,27 +50,14 @@ func Failure(call *Call, code Code, msg string) Result {
 	return Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, Code: code, Error: msg}
 }
 
-// Progress is a progress event on
-// <p>.progress.<audience>.<personality>.<batch>.<call>.
-type Progress struct {
-	Type     string    `json:"type"`
-	CallID   string    `json:"call_id"`
-	BatchID  string    `json:"batch_id"`
-	ToolName string    `json:"tool_name"`
-	Message  string    `json:"message"`
-	Percent  *float64  `json:"percent,omitempty"`
-	Audience Audience  `json:"audience"`
-	Seq      int64     `json:"seq"`
-	Time     time.Time `json:"time"`
-}
+// Progress is a progress event (wire.Progress).
+type Progress = wire.Progress
 
 // ProgressType is the value of Progress.Type.
-const ProgressType = "progress"
+const ProgressType = wire.ProgressType
 
-// CancelRequest is the optional body of a cancel message.
-type CancelRequest struct {
-	Reason string `json:"reason,omitempty"`
-}
+// CancelRequest is the optional body of a cancel message (wire.CancelRequest).
+type CancelRequest = wire.CancelRequest
 
 // Decision values of an audit record: "allowed", or the gate that refused the call.
 const (
@@ -278,22 +149,5 @@ func DecodeAuditRecords(data []byte) ([]AuditRecord, error) {
 	return out, nil
 }
 
-// CatalogEntry is a tool's definition in the capstan_tools bucket, keyed by name.
-type CatalogEntry struct {
-	Name              string          `json:"name"`
-	Description       string          `json:"description"`
-	Schema            json.RawMessage `json:"schema"`
-	Toolset           string          `json:"toolset"`
-	Capabilities      json.RawMessage `json:"capabilities"`
-	Permissions       []string        `json:"permissions"`
-	OutputIsUntrusted bool            `json:"output_is_untrusted"`
-	AlwaysInclude     bool            `json:"always_include"`
-	MaxResultChars    int             `json:"max_result_chars"`
-	Plugin            string          `json:"plugin,omitempty"`
-	// SideEffects is the tool's side-effect class: none, idempotent or
-	// exclusive (only exclusive calls run under a lease).
-	SideEffects string    `json:"side_effects,omitempty"`
-	Pool        string    `json:"pool"`
-	Workers     []string  `json:"workers"`
-	Updated     time.Time `json:"updated"`
-}
+// CatalogEntry is a tool's definition in the tools bucket (wire.CatalogEntry).
+type CatalogEntry = wire.CatalogEntry

@@ -86,14 +86,14 @@ func (c VaultConfig) validate() error {
 	var errs []error
 	switch {
 	case c.Token != "" && c.RoleID != "":
-		errs = append(errs, errors.New("VAULT_TOKEN and VAULT_ROLE_ID are both set: choose token or AppRole login"))
+		errs = append(errs, errors.New("VaultConfig.Token and VaultConfig.RoleID are both set: choose token or AppRole login"))
 	case c.Token == "" && c.RoleID == "":
-		errs = append(errs, errors.New("VAULT_TOKEN or VAULT_ROLE_ID (with VAULT_SECRET_ID) must be set for CAPSTAN_SECRETS_BACKEND=vault"))
+		errs = append(errs, errors.New("VaultConfig.Token or VaultConfig.RoleID (with VaultConfig.SecretID) must be set"))
 	case c.RoleID != "" && c.SecretID == "":
-		errs = append(errs, errors.New("VAULT_SECRET_ID must be set with VAULT_ROLE_ID"))
+		errs = append(errs, errors.New("VaultConfig.SecretID must be set with VaultConfig.RoleID"))
 	}
 	if c.Mount == "" {
-		errs = append(errs, errors.New("CAPSTAN_VAULT_MOUNT must not be empty"))
+		errs = append(errs, errors.New("VaultConfig.Mount must not be empty"))
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("vault timeout must not be negative, got %s", c.Timeout))
@@ -150,11 +150,11 @@ func NewVault(cfg VaultConfig) (*Vault, error) {
 		MaxRetryWait: 500 * time.Millisecond,
 	}
 	if err := vc.ConfigureTLS(&vault.TLSConfig{CACert: cfg.CACert}); err != nil {
-		return nil, fmt.Errorf("VAULT_CACERT: %w", err)
+		return nil, fmt.Errorf("VaultConfig.CACert: %w", err)
 	}
 	client, err := vault.NewClient(vc)
 	if err != nil {
-		return nil, fmt.Errorf("VAULT_ADDR: %w", err)
+		return nil, fmt.Errorf("VaultConfig.Addr: %w", err)
 	}
 	// vault.NewClient reads VAULT_TOKEN, VAULT_NAMESPACE and VAULT_HEADERS
 	// from the process environment; only the explicit configuration counts.

@@ -8,6 +8,9 @@ import (
 
 // Attribute keys of the OTel GenAI conventions (execute_tool spans), which
 // the Go semconv packages do not carry yet.
+// ScopeName is the instrumentation scope of every span and metric Capstan makes.
+const ScopeName = "github.com/capstanhq/capstan"
+
 const (
 	GenAIOperationName = attribute.Key("gen_ai.operation.name")
 	GenAIToolName      = attribute.Key("gen_ai.tool.name")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/embedded"
 )
 
 // creds maps the URL of a running server of this package to its
@@ -35,17 +36,17 @@ func Creds(url string) string {
 }
 
 // Option changes the configuration of a server Server starts.
-type Option func(*bus.ServerConfig)
+type Option func(*embedded.Config)
 
 // StockMaxPayload is nats-server's default max payload (1 MiB), the limit
 // of a stock "nats-server -js" and of most hosted NATS services.
 const StockMaxPayload = 1 << 20
 
 // MaxPayload sets the server's max payload in bytes (the embedded server's
-// default is bus.DefaultEmbeddedMaxPayload); MaxPayload(StockMaxPayload)
+// default is embedded.DefaultMaxPayload); MaxPayload(StockMaxPayload)
 // gives a server with the stock limit.
 func MaxPayload(n int32) Option {
-	return func(c *bus.ServerConfig) { c.MaxPayload = n }
+	return func(c *embedded.Config) { c.MaxPayload = n }
 }
 
 // Server starts an embedded JetStream server on a random loopback port with
@@ -53,11 +54,11 @@ func MaxPayload(n int32) Option {
 // clients authenticate with Creds(url).
 func Server(t testing.TB, opts ...Option) string {
 	t.Helper()
-	cfg := bus.ServerConfig{DataDir: t.TempDir(), Port: -1}
+	cfg := embedded.Config{DataDir: t.TempDir(), Port: -1}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s, err := bus.StartServer(cfg)
+	s, err := embedded.Start(cfg)
 	if err != nil {
 		t.Fatalf("start embedded server: %v", err)
 	}
@@ -86,7 +87,7 @@ type Restartable struct {
 	t    testing.TB
 	dir  string
 	port int
-	s    *bus.Server // nil while stopped
+	s    *embedded.Server // nil while stopped
 }
 
 // NewRestartable starts a Restartable server on a free loopback port; it is
@@ -110,7 +111,7 @@ func (r *Restartable) Start() {
 	if r.s != nil {
 		return
 	}
-	s, err := bus.StartServer(bus.ServerConfig{DataDir: r.dir, Port: r.port, ReuseCredentials: true})
+	s, err := embedded.Start(embedded.Config{DataDir: r.dir, Port: r.port, ReuseCredentials: true})
 	if err != nil {
 		r.t.Fatalf("start embedded server: %v", err)
 	}

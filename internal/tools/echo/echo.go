@@ -61,15 +61,11 @@ func Tool() tool.Tool {
 		Description: "Returns text unchanged after emitting the given progress events and waiting sleep_ms milliseconds. For tests, demos and benchmarks.",
 		Schema:      json.RawMessage(schema),
 		Toolset:     "debug",
-		Execute:     execute,
+		Execute:     tool.Typed(execute),
 	}
 }
 
-func execute(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a args
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return tool.Fail(tool.CodeInputInvalid, "invalid arguments: "+err.Error()), nil
-	}
+func execute(ctx context.Context, a args, tc *tool.Context) (tool.Result, error) {
 	for i, p := range a.Progress {
 		ev := tool.Progress{Message: p.Message, Percent: p.Percent, Audience: tool.Audience(p.Audience)}
 		if err := tc.Emit(ev); err != nil {

@@ -34,11 +34,9 @@ package file
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	iofs "io/fs"
 	"path/filepath"
-	"reflect"
 	"time"
 
 	"github.com/capstanhq/capstan/tool"
@@ -89,46 +87,6 @@ func absPath(tc *tool.Context, p string) string {
 
 // noFS is the result of a call without a filesystem accessor.
 func noFS() tool.Result { return tool.Fail(tool.CodeNotAvailable, MsgNoFS) }
-
-// invalid is an input_invalid result in argschema's wording.
-func invalid(msg string) tool.Result {
-	return tool.Fail(tool.CodeInputInvalid, "invalid arguments: "+msg)
-}
-
-// decode unmarshals raw into v (a pointer to an args struct). It returns
-// nil, or the input_invalid result naming the field of a type mismatch
-// ("args.start_line must be an integer, got string"). The worker validates
-// args against the schema first; this guards direct calls.
-func decode(raw json.RawMessage, v any) *tool.Result {
-	err := json.Unmarshal(raw, v)
-	if err == nil {
-		return nil
-	}
-	var te *json.UnmarshalTypeError
-	msg := "args must be a JSON object: " + err.Error()
-	if errors.As(err, &te) {
-		msg = "args must be an object, got " + te.Value
-		if te.Field != "" {
-			msg = "args." + te.Field + " must be " + kindName(te.Type) + ", got " + te.Value
-		}
-	}
-	res := invalid(msg)
-	return &res
-}
-
-// kindName names the JSON kind of an args field type.
-func kindName(t reflect.Type) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Int, reflect.Int64:
-		return "an integer"
-	}
-	return t.Kind().String()
-}
 
 // boundary is the execution_failed result of a reach denial of abs in mode
 // ("read" or "write").

@@ -54,22 +54,18 @@ func PatchFile() tool.Tool {
 		Schema:       json.RawMessage(patchFileSchema),
 		Toolset:      Toolset,
 		Capabilities: readWriteReach(),
-		Execute:      executePatch,
+		Execute:      tool.Typed(executePatch),
 	}
 }
 
-func executePatch(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a patchArgs
-	if res := decode(raw, &a); res != nil {
-		return *res, nil
-	}
+func executePatch(ctx context.Context, a patchArgs, tc *tool.Context) (tool.Result, error) {
 	switch {
 	case a.Path == "":
-		return invalid("args.path is required and must not be empty"), nil
+		return tool.InvalidArguments("args.path is required and must not be empty"), nil
 	case a.OldText == "":
-		return invalid("args.old_text is required and must not be empty"), nil
+		return tool.InvalidArguments("args.old_text is required and must not be empty"), nil
 	case a.NewText == nil:
-		return invalid("args.new_text is required"), nil
+		return tool.InvalidArguments("args.new_text is required"), nil
 	}
 	if tc.FS == nil {
 		return noFS(), nil

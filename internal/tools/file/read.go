@@ -57,24 +57,20 @@ func ReadFile() tool.Tool {
 		MaxResultChars:    ReadFileMaxResultChars,
 		Capabilities:      readReach(),
 		OutputIsUntrusted: true,
-		Execute:           executeRead,
+		Execute:           tool.Typed(executeRead),
 	}
 }
 
-func executeRead(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a readArgs
-	if res := decode(raw, &a); res != nil {
-		return *res, nil
-	}
+func executeRead(ctx context.Context, a readArgs, tc *tool.Context) (tool.Result, error) {
 	switch {
 	case a.Path == "":
-		return invalid("args.path is required and must not be empty"), nil
+		return tool.InvalidArguments("args.path is required and must not be empty"), nil
 	case a.StartLine != nil && *a.StartLine < 1:
-		return invalid("args.start_line must be at least 1 (minimum)"), nil
+		return tool.InvalidArguments("args.start_line must be at least 1 (minimum)"), nil
 	case a.EndLine != nil && *a.EndLine < 1:
-		return invalid("args.end_line must be at least 1 (minimum)"), nil
+		return tool.InvalidArguments("args.end_line must be at least 1 (minimum)"), nil
 	case a.StartLine != nil && a.EndLine != nil && *a.EndLine < *a.StartLine:
-		return invalid("args.end_line (" + strconv.Itoa(*a.EndLine) + ") must not be less than args.start_line (" +
+		return tool.InvalidArguments("args.end_line (" + strconv.Itoa(*a.EndLine) + ") must not be less than args.start_line (" +
 			strconv.Itoa(*a.StartLine) + ")"), nil
 	}
 	if tc.FS == nil {

@@ -77,31 +77,27 @@ func SearchFiles() tool.Tool {
 		Toolset:           Toolset,
 		Capabilities:      readReach(),
 		OutputIsUntrusted: true,
-		Execute:           executeSearch,
+		Execute:           tool.Typed(executeSearch),
 	}
 }
 
-func executeSearch(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a searchArgs
-	if res := decode(raw, &a); res != nil {
-		return *res, nil
-	}
+func executeSearch(ctx context.Context, a searchArgs, tc *tool.Context) (tool.Result, error) {
 	if a.Pattern == "" {
-		return invalid("args.pattern is required and must not be empty"), nil
+		return tool.InvalidArguments("args.pattern is required and must not be empty"), nil
 	}
 	re, err := regexp.Compile(a.Pattern)
 	if err != nil {
-		return invalid("args.pattern is not a valid Go regular expression: " + err.Error()), nil
+		return tool.InvalidArguments("args.pattern is not a valid Go regular expression: " + err.Error()), nil
 	}
 	if a.Glob != "" {
 		if _, err := filepath.Match(a.Glob, ""); err != nil {
-			return invalid("args.glob " + strconv.Quote(a.Glob) + " is not a valid glob: " + err.Error()), nil
+			return tool.InvalidArguments("args.glob " + strconv.Quote(a.Glob) + " is not a valid glob: " + err.Error()), nil
 		}
 	}
 	limit := DefaultMaxResults
 	if a.MaxResults != nil {
 		if *a.MaxResults < 1 || *a.MaxResults > MaxMaxResults {
-			return invalid("args.max_results must be between 1 and " + strconv.Itoa(MaxMaxResults)), nil
+			return tool.InvalidArguments("args.max_results must be between 1 and " + strconv.Itoa(MaxMaxResults)), nil
 		}
 		limit = *a.MaxResults
 	}

@@ -39,20 +39,16 @@ func WriteFile() tool.Tool {
 		Schema:       json.RawMessage(writeFileSchema),
 		Toolset:      Toolset,
 		Capabilities: readWriteReach(),
-		Execute:      executeWrite,
+		Execute:      tool.Typed(executeWrite),
 	}
 }
 
-func executeWrite(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a writeArgs
-	if res := decode(raw, &a); res != nil {
-		return *res, nil
-	}
+func executeWrite(ctx context.Context, a writeArgs, tc *tool.Context) (tool.Result, error) {
 	switch {
 	case a.Path == "":
-		return invalid("args.path is required and must not be empty"), nil
+		return tool.InvalidArguments("args.path is required and must not be empty"), nil
 	case a.Content == nil:
-		return invalid("args.content is required"), nil
+		return tool.InvalidArguments("args.content is required"), nil
 	}
 	if tc.FS == nil {
 		return noFS(), nil

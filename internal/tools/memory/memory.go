@@ -121,15 +121,11 @@ func Get() tool.Tool {
 		Schema:       json.RawMessage(getSchema),
 		Toolset:      Toolset,
 		Capabilities: capabilities(),
-		Execute:      executeGet,
+		Execute:      tool.Typed(executeGet),
 	}
 }
 
-func executeGet(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a keyArgs
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return invalid(err.Error()), nil
-	}
+func executeGet(ctx context.Context, a keyArgs, tc *tool.Context) (tool.Result, error) {
 	if tc.KV == nil {
 		return noKV(), nil
 	}
@@ -158,15 +154,11 @@ func Set() tool.Tool {
 		Schema:       json.RawMessage(setSchema),
 		Toolset:      Toolset,
 		Capabilities: capabilities(),
-		Execute:      executeSet,
+		Execute:      tool.Typed(executeSet),
 	}
 }
 
-func executeSet(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a setArgs
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return invalid(err.Error()), nil
-	}
+func executeSet(ctx context.Context, a setArgs, tc *tool.Context) (tool.Result, error) {
 	if tc.KV == nil {
 		return noKV(), nil
 	}
@@ -174,7 +166,7 @@ func executeSet(ctx context.Context, raw json.RawMessage, tc *tool.Context) (too
 	if a.TTLSeconds != nil {
 		s := *a.TTLSeconds
 		if s != math.Trunc(s) || s < 1 || s > MaxTTLSeconds {
-			return invalid(fmt.Sprintf("args.ttl_seconds must be a whole number from 1 to %d", MaxTTLSeconds)), nil
+			return tool.InvalidArguments(fmt.Sprintf("args.ttl_seconds must be a whole number from 1 to %d", MaxTTLSeconds)), nil
 		}
 		ttl = time.Duration(s) * time.Second
 	}
@@ -194,15 +186,11 @@ func Delete() tool.Tool {
 		Schema:       json.RawMessage(deleteSchema),
 		Toolset:      Toolset,
 		Capabilities: capabilities(),
-		Execute:      executeDelete,
+		Execute:      tool.Typed(executeDelete),
 	}
 }
 
-func executeDelete(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a keyArgs
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return invalid(err.Error()), nil
-	}
+func executeDelete(ctx context.Context, a keyArgs, tc *tool.Context) (tool.Result, error) {
 	if tc.KV == nil {
 		return noKV(), nil
 	}
@@ -223,17 +211,11 @@ func List() tool.Tool {
 		Schema:       json.RawMessage(listSchema),
 		Toolset:      Toolset,
 		Capabilities: capabilities(),
-		Execute:      executeList,
+		Execute:      tool.Typed(executeList),
 	}
 }
 
-func executeList(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a listArgs
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &a); err != nil {
-			return invalid(err.Error()), nil
-		}
-	}
+func executeList(ctx context.Context, a listArgs, tc *tool.Context) (tool.Result, error) {
 	if tc.KV == nil {
 		return noKV(), nil
 	}
@@ -249,8 +231,3 @@ func executeList(ctx context.Context, raw json.RawMessage, tc *tool.Context) (to
 
 // noKV is the result of a call without a KV accessor.
 func noKV() tool.Result { return tool.Fail(tool.CodeNotAvailable, MsgNoKV) }
-
-// invalid is an input_invalid result in argschema's wording.
-func invalid(msg string) tool.Result {
-	return tool.Fail(tool.CodeInputInvalid, "invalid arguments: "+msg)
-}

@@ -14,6 +14,7 @@ import (
 	"github.com/capstanhq/capstan/internal/scoped/kv"
 	"github.com/capstanhq/capstan/internal/tools/memory"
 	"github.com/capstanhq/capstan/tool"
+	"github.com/capstanhq/capstan/tool/tooltest"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -22,12 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const keyInvalidMsg = "KV_KEY_INVALID: key must be 1 to 1024 bytes of UTF-8"
 
-func ctxT(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return tooltest.Context(t, 30*time.Second) }
 
 // storage returns the Storage bucket of a fresh embedded server.
 func storage(t *testing.T) *bus.KV {

@@ -11,6 +11,7 @@ import (
 	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/scoped/process"
 	"github.com/capstanhq/capstan/tool"
+	"github.com/capstanhq/capstan/tool/tooltest"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -32,12 +33,7 @@ func runnerIn(dirs []string, binaries ...string) tool.Runner {
 	return process.New(&capability.BinaryGrant{Declared: binaries}, reach, resolver, process.Config{}, nil)
 }
 
-func ctxT(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return tooltest.Context(t, 30*time.Second) }
 
 // call runs tl with args (a JSON object) and tc.
 func call(t *testing.T, tl tool.Tool, args string, tc *tool.Context) (tool.Result, error) {

@@ -72,21 +72,17 @@ func RunProcess() tool.Tool {
 		Schema:       json.RawMessage(runProcessSchema),
 		Toolset:      Toolset,
 		Capabilities: capabilities("*"),
-		Execute:      executeRunProcess,
+		Execute:      tool.Typed(executeRunProcess),
 	}
 }
 
-func executeRunProcess(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a runProcessArgs
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return invalid(err.Error()), nil
-	}
+func executeRunProcess(ctx context.Context, a runProcessArgs, tc *tool.Context) (tool.Result, error) {
 	if tc.Process == nil {
 		return noProcess(), nil
 	}
 	d, err := timeout(a.TimeoutMS, RunProcessDefaultTimeout)
 	if err != nil {
-		return invalid(err.Error()), nil
+		return tool.InvalidArguments(err.Error()), nil
 	}
 	dir, ok := workDir(tc, a.Cwd)
 	if !ok {

@@ -77,11 +77,6 @@ func capabilities(binaries ...string) tool.Capabilities {
 // noProcess is the result of a call without a process runner.
 func noProcess() tool.Result { return tool.Fail(tool.CodeNotAvailable, MsgNoProcess) }
 
-// invalid is an input_invalid result in argschema's wording.
-func invalid(msg string) tool.Result {
-	return tool.Fail(tool.CodeInputInvalid, "invalid arguments: "+msg)
-}
-
 // workDir returns the directory the process runs in: cwd resolved against
 // the call's working dir as the package comment describes. ok is false for
 // a relative cwd in a call without a working dir.
@@ -99,7 +94,7 @@ func workDir(tc *tool.Context, cwd string) (dir string, ok bool) {
 
 // relativeCwd is the input_invalid result of a relative cwd without a working dir.
 func relativeCwd(cwd string) tool.Result {
-	return invalid(fmt.Sprintf("args.cwd %q is relative and the call has no working dir; give an absolute path", cwd))
+	return tool.InvalidArguments(fmt.Sprintf("args.cwd %q is relative and the call has no working dir; give an absolute path", cwd))
 }
 
 // timeout returns timeout_ms as a duration: def when ms is nil, otherwise

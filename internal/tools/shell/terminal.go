@@ -73,23 +73,19 @@ func terminal(interval time.Duration) tool.Tool {
 		MaxResultChars:    TerminalMaxResultChars,
 		Capabilities:      capabilities("bash"),
 		OutputIsUntrusted: true,
-		Execute: func(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-			return executeTerminal(ctx, raw, tc, interval)
-		},
+		Execute: tool.Typed(func(ctx context.Context, a terminalArgs, tc *tool.Context) (tool.Result, error) {
+			return executeTerminal(ctx, a, tc, interval)
+		}),
 	}
 }
 
-func executeTerminal(ctx context.Context, raw json.RawMessage, tc *tool.Context, interval time.Duration) (tool.Result, error) {
-	var a terminalArgs
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return invalid(err.Error()), nil
-	}
+func executeTerminal(ctx context.Context, a terminalArgs, tc *tool.Context, interval time.Duration) (tool.Result, error) {
 	if tc.Process == nil {
 		return noProcess(), nil
 	}
 	d, err := timeout(a.TimeoutMS, TerminalDefaultTimeout)
 	if err != nil {
-		return invalid(err.Error()), nil
+		return tool.InvalidArguments(err.Error()), nil
 	}
 	dir, ok := workDir(tc, a.Cwd)
 	if !ok {

@@ -108,7 +108,7 @@ func TestExecuteChecksArgsAgain(t *testing.T) {
 		{shell.Terminal(), `{"command":"ls","timeout_ms":0}`, "invalid arguments: args.timeout_ms must be a whole number from 1 to 600000"},
 		{shell.Terminal(), `{"command":"ls","timeout_ms":1.5}`, "invalid arguments: args.timeout_ms must be a whole number from 1 to 600000"},
 		{shell.RunProcess(), `{"binary":"ls","timeout_ms":600001}`, "invalid arguments: args.timeout_ms must be a whole number from 1 to 600000"},
-		{shell.RunProcess(), `{"binary":"ls","args":"x"}`, "invalid arguments: json: cannot unmarshal"},
+		{shell.RunProcess(), `{"binary":"ls","args":"x"}`, "invalid arguments: args.args must be an array, got string"},
 	}
 	for _, tt := range tests {
 		got := mustExec(t, tt.tool, tt.args, tc)

@@ -104,26 +104,22 @@ func FetchURL() tool.Tool {
 		MaxResultChars:    FetchURLMaxResultChars,
 		Capabilities:      tool.Capabilities{Network: anyHost()},
 		OutputIsUntrusted: true,
-		Execute:           fetchURL,
+		Execute:           tool.Typed(fetchURL),
 	}
 }
 
-func fetchURL(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a fetchURLArgs
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return invalid(err.Error()), nil
-	}
+func fetchURL(ctx context.Context, a fetchURLArgs, tc *tool.Context) (tool.Result, error) {
 	if tc == nil || tc.Fetch == nil {
 		return noNetwork(), nil
 	}
 	if a.URL == "" {
-		return invalid("args.url is required"), nil
+		return tool.InvalidArguments("args.url is required"), nil
 	}
 	maxChars := DefaultMaxChars
 	if a.MaxChars != nil {
 		m := *a.MaxChars
 		if m != math.Trunc(m) || m < 1 || m > MaxChars {
-			return invalid(fmt.Sprintf("args.max_chars must be a whole number from 1 to %d", MaxChars)), nil
+			return tool.InvalidArguments(fmt.Sprintf("args.max_chars must be a whole number from 1 to %d", MaxChars)), nil
 		}
 		maxChars = int(m)
 	}

@@ -22,6 +22,7 @@ import (
 	scopedsecrets "github.com/capstanhq/capstan/internal/scoped/secrets"
 	"github.com/capstanhq/capstan/internal/secrets"
 	"github.com/capstanhq/capstan/tool"
+	"github.com/capstanhq/capstan/tool/tooltest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -166,12 +167,7 @@ func redirect(target func() string) http.HandlerFunc {
 	}
 }
 
-func ctxT(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return tooltest.Context(t, 30*time.Second) }
 
 // call runs tl with args and tc.
 func call(t *testing.T, tl tool.Tool, args any, tc *tool.Context) (tool.Result, error) {

@@ -132,20 +132,16 @@ func HTTPRequest() tool.Tool {
 		MaxResultChars:    HTTPRequestMaxResultChars,
 		Capabilities:      tool.Capabilities{Network: anyHost(), Secrets: []string{SecretPattern}},
 		OutputIsUntrusted: true,
-		Execute:           httpRequest,
+		Execute:           tool.Typed(httpRequest),
 	}
 }
 
-func httpRequest(ctx context.Context, raw json.RawMessage, tc *tool.Context) (tool.Result, error) {
-	var a httpRequestArgs
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return invalid(err.Error()), nil
-	}
+func httpRequest(ctx context.Context, a httpRequestArgs, tc *tool.Context) (tool.Result, error) {
 	if tc == nil || tc.Fetch == nil {
 		return noNetwork(), nil
 	}
 	if msg := a.check(); msg != "" {
-		return invalid(msg), nil
+		return tool.InvalidArguments(msg), nil
 	}
 
 	header := make(map[string][]string, len(a.Headers)+2)

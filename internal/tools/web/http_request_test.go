@@ -327,7 +327,7 @@ func TestHTTPRequestChecksArgsAgain(t *testing.T) {
 		{`{"method":"GET","url":"http://site.test/","headers":{"X":"a\r\nInjected: 1"}}`, "args.headers.X must not contain a line break or NUL"},
 		{`{"method":"GET","url":"http://site.test/","auth_scheme":"Bearer"}`, "args.auth_scheme needs args.auth_secret"},
 		{`{"method":"GET","url":"http://site.test/","auth_secret":"http/api/token","auth_scheme":"Bearer x"}`, "args.auth_scheme must be a single token such as Bearer"},
-		{`{"method":"GET","url":"http://site.test/","headers":"x"}`, "json: cannot unmarshal"},
+		{`{"method":"GET","url":"http://site.test/","headers":"x"}`, "args.headers must be an object, got string"},
 	}
 	for _, tt := range tests {
 		res, err := web.HTTPRequest().Execute(ctxT(t), json.RawMessage(tt.args), tc)

@@ -106,7 +106,7 @@ func TestFetchURLChecksArgsAgain(t *testing.T) {
 		`{"url":"http://x.test","max_chars":2.5}`:    "invalid arguments: args.max_chars must be a whole number from 1 to 100000",
 		`{"url":"http://x.test","max_chars":100001}`: "invalid arguments: args.max_chars must be a whole number from 1 to 100000",
 		`{"url":""}`:    "invalid arguments: args.url is required",
-		`{"url":["x"]}`: "invalid arguments: json: cannot unmarshal",
+		`{"url":["x"]}`: "invalid arguments: args.url must be a string, got array",
 	} {
 		res, err := web.FetchURL().Execute(ctxT(t), json.RawMessage(args), tc)
 		require.NoError(t, err)

@@ -65,11 +65,6 @@ func anyHost() *tool.Network { return &tool.Network{AllowedHosts: []string{"*"}}
 // noNetwork is the result of a call without a fetcher.
 func noNetwork() tool.Result { return tool.Fail(tool.CodeNotAvailable, MsgNoNetwork) }
 
-// invalid is an input_invalid result in argschema's wording.
-func invalid(msg string) tool.Result {
-	return tool.Fail(tool.CodeInputInvalid, "invalid arguments: "+msg)
-}
-
 // headerValue returns the first value of header name in h, matching the
 // name case-insensitively, or "".
 func headerValue(h map[string][]string, name string) string {

@@ -1,4 +1,4 @@
-package main
+package workercmd
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
-	"github.com/capstanhq/capstan/internal/tools/builtin"
+	"github.com/capstanhq/capstan/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
 	"github.com/stretchr/testify/require"
 )
@@ -36,7 +36,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"pool", map[string]string{"CAPSTAN_POOL": "a.b"}, `CAPSTAN_POOL "a.b" must match ^[A-Za-z0-9_-]{1,128}$`},
 		{"tools", map[string]string{"CAPSTAN_TOOLS": "echo,nope"}, `CAPSTAN_TOOLS names "nope", which is not a known tool`},
 		{"secrets backend", map[string]string{"CAPSTAN_SECRETS_BACKEND": "s3"}, `CAPSTAN_SECRETS_BACKEND "s3" must be vault, file, env or none`},
-		{"vault without login", map[string]string{"CAPSTAN_SECRETS_BACKEND": "vault"}, `VAULT_TOKEN or VAULT_ROLE_ID (with VAULT_SECRET_ID) must be set for CAPSTAN_SECRETS_BACKEND=vault`},
+		{"vault without login", map[string]string{"CAPSTAN_SECRETS_BACKEND": "vault"}, `invalid configuration: CAPSTAN_SECRETS_BACKEND "vault": VAULT_TOKEN or VAULT_ROLE_ID (with VAULT_SECRET_ID) must be set`},
 		{"vault skip verify", map[string]string{"CAPSTAN_SECRETS_BACKEND": "vault", "VAULT_TOKEN": "t", "VAULT_SKIP_VERIFY": "true"}, `VAULT_SKIP_VERIFY is not supported: the worker always verifies Vault's TLS certificate (give its CA with VAULT_CACERT)`},
 		{"vault skip verify garbage", map[string]string{"VAULT_SKIP_VERIFY": "maybe"}, `VAULT_SKIP_VERIFY is not supported`},
 		{"vault mount empty", map[string]string{"CAPSTAN_SECRETS_BACKEND": "vault", "VAULT_TOKEN": "t", "CAPSTAN_VAULT_MOUNT": "/"}, `CAPSTAN_VAULT_MOUNT must not be empty`},
@@ -71,19 +71,19 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 			// Bounded: a config that wrongly passed would start a worker.
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			err := run(ctx, nil, func(k string) string { return tc.env[k] }, &out, &errb)
+			err := Run(ctx, nil, func(k string) string { return tc.env[k] }, &out, &errb)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	err := run(context.Background(), []string{"extra"}, func(string) string { return "" }, &bytes.Buffer{}, &bytes.Buffer{})
+	err := Run(context.Background(), []string{"extra"}, func(string) string { return "" }, &bytes.Buffer{}, &bytes.Buffer{})
 	require.ErrorContains(t, err, `unexpected argument "extra"`)
 }
 
-// buildWorker compiles this command once per test binary.
+// buildWorker compiles cmd/worker, which is Main.
 func buildWorker(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "worker")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/capstanhq/capstan/cmd/worker")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	return bin

@@ -1,8 +1,9 @@
-// Package bus is the only importer of nats.go and nats-server. It starts the
-// embedded JetStream server, connects, creates Capstan's streams, buckets and
-// consumers idempotently, and offers the small publishing, consuming and KV
-// operations the worker and the client need.
-package bus
+// Package embedded starts Capstan's embedded JetStream server, the one
+// importer of nats-server: the worker and the dispatcher's local mode use it
+// when no NATS URL is configured, and tests use it through bustest. It lives
+// apart from package bus so that the client, which connects only, does not
+// link a NATS server.
+package embedded
 
 import (
 	"cmp"
@@ -14,14 +15,15 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 )
 
-// ServerConfig configures an embedded nats-server.
-type ServerConfig struct {
+// Config configures an embedded nats-server.
+type Config struct {
 	// DataDir holds the JetStream file store and the credentials file
-	// (CredsFileName). It must not be a symbolic link.
+	// (bus.CredsFileName). It must not be a symbolic link.
 	DataDir string
 	// Host is the listen address; default 127.0.0.1.
 	Host string
@@ -36,15 +38,15 @@ type ServerConfig struct {
 	// refused.
 	ReuseCredentials bool
 	// MaxPayload is the largest message the server accepts, headers
-	// included; default DefaultEmbeddedMaxPayload (8 MiB). Results never
+	// included; default DefaultMaxPayload (8 MiB). Results never
 	// exceed the worker's own limit (docs/reliability.md, "Result size"),
 	// whatever this is.
 	MaxPayload int32
 }
 
-// DefaultEmbeddedMaxPayload is the max payload of an embedded server whose
-// ServerConfig sets none: 8 MiB, as deploy/nats configures the cluster.
-const DefaultEmbeddedMaxPayload = 8 << 20
+// DefaultMaxPayload is the max payload of an embedded server whose
+// Config sets none: 8 MiB, as deploy/nats configures the cluster.
+const DefaultMaxPayload = 8 << 20
 
 // Server is an embedded nats-server with JetStream that requires
 // authentication: only connections that sign the server's nonce with the
@@ -55,15 +57,15 @@ type Server struct {
 	creds string
 }
 
-// StartServer starts an embedded nats-server with JetStream storing under
+// Start starts an embedded nats-server with JetStream storing under
 // cfg.DataDir and waits until it accepts connections. It generates an NKey
-// user at every start (see ServerConfig.ReuseCredentials) and accepts only
+// user at every start (see Config.ReuseCredentials) and accepts only
 // that user; once the server listens, it writes the user's seed to
 // <DataDir>/embedded.creds with mode 0600 (replacing that file atomically;
 // readable by bus.Connect and by the nats CLI's --nkey). It refuses to start
 // when DataDir is a symbolic link, and stops the server again when the file
 // cannot be written with mode 0600.
-func StartServer(cfg ServerConfig) (*Server, error) {
+func Start(cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("embedded server: data dir must be set")
 	}
@@ -77,7 +79,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded server: data dir: %w", err)
 	}
-	credsFile := EmbeddedCredsFile(abs)
+	credsFile := bus.EmbeddedCredsFile(abs)
 	var user nkeys.KeyPair
 	if cfg.ReuseCredentials {
 		user, _ = readUser(credsFile) // none or unreadable: new credentials below
@@ -118,7 +120,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		StoreDir:           cfg.DataDir,
 		NoSigs:             true,
 		NoLog:              true,
-		MaxPayload:         cmp.Or(cfg.MaxPayload, DefaultEmbeddedMaxPayload),
+		MaxPayload:         cmp.Or(cfg.MaxPayload, DefaultMaxPayload),
 		JetStreamMaxMemory: 256 << 20,
 		// The only user; no password is sent: the client signs a nonce.
 		Nkeys: []*server.NkeyUser{{Nkey: pub}},
@@ -145,11 +147,12 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	return &Server{ns: ns, creds: credsFile}, nil
 }
 
-// ClientURL returns the URL clients connect to.
+// ClientURL returns the URL clients connect to, such as
+// nats://127.0.0.1:4222.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 
 // CredsFile returns the absolute path of the credentials file clients of
-// this server must use (Config.Creds): <DataDir>/embedded.creds, mode 0600.
+// this server must use (bus.Config.Creds): <DataDir>/embedded.creds, mode 0600.
 func (s *Server) CredsFile() string { return s.creds }
 
 // Shutdown stops the server and waits for it to finish.
@@ -158,5 +161,5 @@ func (s *Server) Shutdown() {
 	s.ns.WaitForShutdown()
 }
 
-// ServerVersion returns the version of the embedded nats-server.
-func ServerVersion() string { return server.VERSION }
+// Version returns the version of the embedded nats-server.
+func Version() string { return server.VERSION }

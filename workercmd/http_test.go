@@ -1,4 +1,4 @@
-package main
+package workercmd
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &lockedBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, io.Discard, logs) }()
+	go func() { done <- Run(ctx, nil, func(k string) string { return env[k] }, io.Discard, logs) }()
 	defer func() {
 		cancel()
 		select {

@@ -1,13 +1,15 @@
-// Package telemetry owns the OpenTelemetry SDK set-up of Capstan's binaries:
+// Package otelsetup owns the OpenTelemetry SDK set-up of Capstan's binaries:
 // a TracerProvider and a MeterProvider configured from the standard OTEL_*
-// variables, a Prometheus registry for /metrics, the NATS header carrier of
-// the W3C trace context, and the attribute names Capstan's spans and metrics
-// use.
+// variables, and a Prometheus registry for /metrics. It is the only importer
+// of the OTel SDK, its exporters (gRPC included) and Prometheus outside
+// tests.
 //
 // Libraries (worker, client) never call Setup: they take a TracerProvider and
 // a MeterProvider (the global ones by default), so a program or a test can
-// give them anything, an in-memory exporter included.
-package telemetry
+// give them anything, an in-memory exporter included. The attribute and
+// metric names, the NATS header carrier and the log handler are package
+// telemetry's, which uses the OTel API only.
+package otelsetup
 
 import (
 	"cmp"
@@ -21,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
@@ -39,9 +42,6 @@ import (
 )
 
 var osGetenv = os.Getenv
-
-// ScopeName is the instrumentation scope of every span and metric Capstan makes.
-const ScopeName = "github.com/capstanhq/capstan"
 
 // Config configures Setup.
 type Config struct {
@@ -153,7 +153,7 @@ func Setup(ctx context.Context, cfg Config) (*Telemetry, error) {
 		// The batch processor blocks when its queue is full; the DropQueue in
 		// front of it never does, and counts what it drops.
 		bsp := sdktrace.NewBatchSpanProcessor(exp, sdktrace.WithBlocking())
-		dropped, err := mp.Meter(ScopeName).Int64Counter(MetricSpansDropped,
+		dropped, err := mp.Meter(telemetry.ScopeName).Int64Counter(telemetry.MetricSpansDropped,
 			metric.WithDescription("Spans dropped because the exporter could not keep up"), metric.WithUnit("{span}"))
 		if err != nil {
 			return nil, fmt.Errorf("telemetry: %w", err)

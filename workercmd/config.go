@@ -1,9 +1,11 @@
-package main
+package workercmd
 
 import (
 	"cmp"
 	"errors"
 	"fmt"
+	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -142,4 +144,51 @@ func zeroGrace(d time.Duration) time.Duration {
 		return time.Millisecond
 	}
 	return d
+}
+
+// configRef matches a worker.Config field named in a message: Config.Pool,
+// Config.Blobs.MaxBytes.
+var configRef = regexp.MustCompile(`\bConfig\.([A-Z][A-Za-z]*(?:\.[A-Z][A-Za-z]*)?)`)
+
+// envNames maps worker.Config field paths to the variables that set them,
+// from the env tags of Config: a field of a nested worker struct is the
+// Config field that flattens it ("Blobs.MaxBytes" is BlobMaxBytes,
+// "Vault.Mount" VaultMount).
+var envNames = func() map[string]string {
+	m := map[string]string{}
+	for f := range reflect.TypeFor[Config]().Fields() {
+		if env, ok := f.Tag.Lookup("env"); ok {
+			m[f.Name] = env
+		}
+	}
+	return m
+}()
+
+func envName(path string) (string, bool) {
+	name := strings.Replace(strings.Replace(path, "Blobs.", "Blob", 1), "Vault.", "Vault", 1)
+	env, ok := envNames[name]
+	return env, ok
+}
+
+// envError is err with the worker.Config fields it names replaced by the
+// variables that set them (worker.FieldError names Go fields).
+type envError struct {
+	msg string
+	err error
+}
+
+func (e *envError) Error() string { return e.msg }
+func (e *envError) Unwrap() error { return e.err }
+
+func inEnvTerms(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := configRef.ReplaceAllStringFunc(err.Error(), func(ref string) string {
+		if env, ok := envName(strings.TrimPrefix(ref, "Config.")); ok {
+			return env
+		}
+		return ref
+	})
+	return &envError{msg: msg, err: err}
 }

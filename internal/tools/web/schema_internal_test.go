@@ -1,0 +1,16 @@
+package web
+
+import (
+	"testing"
+
+	"github.com/capstanhq/capstan/tool"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSchemasMatchArgs keeps each tool's explicit schema and the
+// arguments type tool.Typed decodes into in step.
+func TestSchemasMatchArgs(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, tool.CheckSchema[fetchURLArgs](FetchURL().Schema), "%s", FetchURL().Name)
+	require.NoError(t, tool.CheckSchema[httpRequestArgs](HTTPRequest().Schema), "%s", HTTPRequest().Name)
+}

@@ -1,0 +1,87 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+)
+
+// ExecuteFunc is the type of Tool.Execute.
+type ExecuteFunc = func(ctx context.Context, args json.RawMessage, c *Context) (Result, error)
+
+// Typed returns an Execute function that decodes the call's arguments into
+// a new A (usually a struct with json tags matching the tool's Schema) and
+// calls fn with it:
+//
+//	type weatherArgs struct {
+//		City string `json:"city"`
+//	}
+//
+//	Execute: tool.Typed(func(ctx context.Context, a weatherArgs, c *tool.Context) (tool.Result, error) {
+//		return tool.OK("sunny in " + a.City), nil
+//	}),
+//
+// The worker validates the arguments against Schema before Execute runs, so
+// decoding fails only when Schema and A disagree or Execute is called
+// directly; then the result is InvalidArguments naming the field
+// ("args.start_line must be an integer, got string") and fn is not called.
+// Empty or null arguments leave A zero. CheckSchema tests that Schema and A
+// agree.
+func Typed[A any](fn func(ctx context.Context, args A, c *Context) (Result, error)) ExecuteFunc {
+	return func(ctx context.Context, raw json.RawMessage, c *Context) (Result, error) {
+		var a A
+		if len(raw) > 0 {
+			if msg, ok := decodeArgs(raw, &a); !ok {
+				return InvalidArguments(msg), nil
+			}
+		}
+		return fn(ctx, a, c)
+	}
+}
+
+// InvalidArguments returns the input_invalid result of arguments the tool
+// refuses, "invalid arguments: " followed by msg, the wording of the
+// worker's schema check ("args.path is required and must not be empty").
+func InvalidArguments(msg string) Result {
+	return Fail(CodeInputInvalid, "invalid arguments: "+msg)
+}
+
+// decodeArgs unmarshals raw into v and returns the message of a failure.
+func decodeArgs(raw json.RawMessage, v any) (msg string, ok bool) {
+	err := json.Unmarshal(raw, v)
+	if err == nil {
+		return "", true
+	}
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return "args must be a JSON object: " + err.Error(), false
+	}
+	if te.Field == "" {
+		return "args must be an object, got " + te.Value, false
+	}
+	return "args." + te.Field + " must be " + kindName(te.Type) + ", got " + te.Value, false
+}
+
+// kindName names the JSON kind of a Go type: "a string", "an integer", ...
+func kindName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return t.Kind().String()
+}
