@@ -47,7 +47,10 @@ func Tool() tool.Tool {
 		},
 		Permissions:       []string{"weather:read"},
 		OutputIsUntrusted: true,
-		Execute:           tool.Typed(forecast),
+		// A forecast changes nothing: two runs of one call are harmless,
+		// so the worker takes no lease for it.
+		SideEffects: tool.SideEffectsNone,
+		Execute:     tool.Typed(forecast),
 	}
 }
 
