@@ -174,18 +174,6 @@ func (w *Worker) handle(m *bus.Msg) {
 	}
 }
 
-// alongside runs fn, one of a call's bus operations run on a goroutine of
-// its own (which the handler's recover cannot reach), and logs a panic
-// rather than let it end the worker.
-func (w *Worker) alongside(what, callID string, fn func()) {
-	defer func() {
-		if p := recover(); p != nil {
-			w.log.Error("cannot "+what, "call_id", callID, "error", fmt.Sprintf("worker panicked while handling the call: %v", p))
-		}
-	}()
-	fn()
-}
-
 // storedResult returns the result the results stream holds for call, or
 // nil when it holds none.
 func (w *Worker) storedResult(ctx context.Context, call *protocol.Call) (*bus.Msg, error) {
