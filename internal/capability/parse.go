@@ -7,8 +7,10 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -40,6 +42,12 @@ func (d *docParser) parse(data []byte) *Personality {
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		d.addf("", "document is not valid YAML or JSON: %v", err)
+		return nil
+	}
+	if key, dup := duplicateKey(data); dup {
+		// YAML tells '0' and 0 apart, JSON does not: which of the two
+		// would win depended on map order.
+		d.addf("", "document is not valid YAML or JSON: duplicate key %s (keys are compared as text: '0' and 0 are the same key)", key)
 		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
@@ -457,4 +465,41 @@ var emptyReason = map[string]string{
 	"HOME":        "the worker has no home directory",
 	"PERSONALITY": "id is missing or invalid",
 	"WORKDIR":     "fs_reach.workdir is missing or invalid",
+}
+
+// duplicateKey reports a mapping of the YAML document data with two keys
+// of the same text (the string '0' and the number 0), naming the first
+// such key path in sorted order. YAML keeps them apart; the JSON every
+// document becomes cannot.
+func duplicateKey(data []byte) (string, bool) {
+	var root any
+	if yamlv2.Unmarshal(data, &root) != nil {
+		return "", false // YAMLToJSONStrict has said what is wrong
+	}
+	var dups []string
+	var walk func(v any, path string)
+	walk = func(v any, path string) {
+		switch v := v.(type) {
+		case map[any]any:
+			seen := make(map[string]bool, len(v))
+			for k, child := range v {
+				name := fmt.Sprint(k)
+				if seen[name] {
+					dups = append(dups, strconv.Quote(join(path, name)))
+				}
+				seen[name] = true
+				walk(child, join(path, name))
+			}
+		case []any:
+			for i, child := range v {
+				walk(child, index(path, i))
+			}
+		}
+	}
+	walk(root, "")
+	if len(dups) == 0 {
+		return "", false
+	}
+	slices.Sort(dups)
+	return dups[0], true
 }

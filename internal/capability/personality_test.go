@@ -234,6 +234,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "empty rate limit name", doc: "id: a\nrate_limits: {'': {requests: 1, window: 1h}}", want: []string{"rate_limits: tool name must not be empty"}},
 		{name: "rate limit entry not a mapping", doc: "id: a\nrate_limits: {t: 5}", want: []string{"rate_limits.t: must be a mapping"}},
 		{name: "duplicate key", doc: "id: a\nid: b", want: []string{"document is not valid YAML or JSON"}},
+		{name: "keys of the same text", doc: "id: a\nsecrets: {allow: [], send_to: {'0': [a.com], 0: []}}",
+			want: []string{`document is not valid YAML or JSON: duplicate key "secrets.send_to.0" (keys are compared as text: '0' and 0 are the same key)`}},
 		{name: "bad YAML", doc: "id: [a", want: []string{"document is not valid YAML or JSON"}},
 		{name: "all problems at once", doc: "idd: a\nfs_reach: {read: [rel]}\nbudget: {result_chars: 0}",
 			want: []string{`unknown key "idd"`, "id: is required", `fs_reach.read[0]: path "rel" must be absolute`,
