@@ -63,25 +63,13 @@ func decodeArgs(raw json.RawMessage, v any) (msg string, ok bool) {
 	return "args." + te.Field + " must be " + kindName(te.Type) + ", got " + te.Value, false
 }
 
-// kindName names the JSON kind of a Go type: "a string", "an integer", ...
+// kindName names the JSON kind of a Go type with its article: "a string",
+// "an integer", ... (goKind's kinds).
 func kindName(t reflect.Type) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
+	k := goKind(t)
+	switch k[0] {
+	case 'a', 'e', 'i', 'o', 'u':
+		return "an " + k
 	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	}
-	return t.Kind().String()
+	return "a " + k
 }

@@ -201,9 +201,8 @@ func traceID(traceparent string) string {
 }
 
 func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := protocol.CheckToken("call_id", id); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	id, ok := callID(w, r)
+	if !ok {
 		return
 	}
 	v := c.loadCall(r, id)
@@ -214,12 +213,11 @@ func (c *Console) callPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) cancelCall(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	who := identityOf(r.Context())
-	if err := protocol.CheckToken("call_id", id); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	id, ok := callID(w, r)
+	if !ok {
 		return
 	}
+	who := identityOf(r.Context())
 	personality := cmp.Or(r.PostFormValue("personality"), c.cfg.Client.PersonalityID())
 	cl, err := c.cfg.Client.WithPersonality(personality)
 	if err != nil {
@@ -311,4 +309,15 @@ func (c *Console) batchPage(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotFound)
 	}
 	c.render(w, r, "batch.html", v, identityOf(r.Context()))
+}
+
+// callID returns the call id of the request's path, or answers 400 naming
+// what is wrong with it.
+func callID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if err := protocol.CheckToken("call_id", id); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return "", false
+	}
+	return id, true
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 
 	"github.com/capstanhq/capstan/client"
-	"github.com/capstanhq/capstan/internal/protocol"
 )
 
 type dlqView struct {
@@ -39,9 +38,8 @@ type deadLetterBody struct {
 }
 
 func (c *Console) dlqShow(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if err := protocol.CheckToken("call_id", id); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	id, ok := callID(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := readCtx(r)
@@ -77,12 +75,11 @@ func (c *Console) dlqShow(w http.ResponseWriter, r *http.Request) {
 // as "dispatcher dlq redrive" does: the worker runs every gate again
 // against the policy of today.
 func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	who := identityOf(r.Context())
-	if err := protocol.CheckToken("call_id", id); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	id, ok := callID(w, r)
+	if !ok {
 		return
 	}
+	who := identityOf(r.Context())
 	ctx, cancel := readCtx(r)
 	defer cancel()
 	subject, err := c.cfg.Client.Redrive(ctx, id)
@@ -102,12 +99,11 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
 
 // purge removes every dead letter of the call from the DLQ.
 func (c *Console) purge(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	who := identityOf(r.Context())
-	if err := protocol.CheckToken("call_id", id); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	id, ok := callID(w, r)
+	if !ok {
 		return
 	}
+	who := identityOf(r.Context())
 	ctx, cancel := readCtx(r)
 	defer cancel()
 	letters, err := c.cfg.Client.DeadLettersOf(ctx, id)
