@@ -111,6 +111,27 @@ func TestCancelBeforeStart(t *testing.T) {
 	require.Zero(t, r.DurationMS)
 }
 
+// TestWorkerRecordCarriesItsSlots: the workers bucket tells a console the
+// worker's concurrency and its calls in flight.
+func TestWorkerRecordCarriesItsSlots(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(worker.Config{WorkerID: "slots-1", Concurrency: 3})
+	kv, err := e.conn.KV(ctxT(t), bus.Workers)
+	require.NoError(t, err)
+	entry, found, err := kv.Get(ctxT(t), "slots-1")
+	require.NoError(t, err)
+	require.True(t, found)
+	var rec struct {
+		Concurrency int  `json:"concurrency"`
+		InFlight    *int `json:"in_flight"`
+	}
+	require.NoError(t, json.Unmarshal(entry.Value, &rec))
+	require.Equal(t, 3, rec.Concurrency)
+	require.NotNil(t, rec.InFlight)
+	require.Zero(t, *rec.InFlight)
+}
+
 // TestCancelBeforeTheWorkerStarted: a worker that starts after a cancel
 // request was sent (and recorded by another worker) finds it in the cancels
 // bucket when it starts, and never starts the call.

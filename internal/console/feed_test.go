@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -64,4 +65,35 @@ func TestLatencySeries(t *testing.T) {
 	svg := string(latencyLines([]float64{1, 2}, []float64{3, 4}, "echo latency"))
 	require.Equal(t, 2, strings.Count(svg, "<polyline"))
 	require.Contains(t, svg, `aria-label="echo latency"`)
+}
+
+// TestWorkerSlots: a worker's record gives its slots and calls in flight;
+// a record without them (an earlier worker) counts the leases it holds.
+func TestWorkerSlots(t *testing.T) {
+	t.Parallel()
+	f := newFeed(func() map[string]string { return nil })
+	f.onWorker(bus.Entry{Key: "new", Value: []byte(`{"id":"new","pool":"default","concurrency":8,"in_flight":3}`)})
+	f.onWorker(bus.Entry{Key: "old", Value: []byte(`{"id":"old","pool":"default"}`)})
+	f.onLease(bus.Entry{Key: "c1", Value: []byte("old")})
+	f.onLease(bus.Entry{Key: "c2", Value: []byte("new")})
+	got := map[string][2]int{}
+	for _, w := range f.snapshot().Workers {
+		got[w.ID] = [2]int{w.Concurrency, w.InFlight}
+	}
+	require.Equal(t, map[string][2]int{"new": {8, 3}, "old": {0, 1}}, got)
+}
+
+// TestAuditBatches: an audit message holds a batch of records, one per
+// line; the feed keeps each.
+func TestAuditBatches(t *testing.T) {
+	t.Parallel()
+	f := newFeed(func() map[string]string { return nil })
+	f.onAudit(&bus.Msg{Data: []byte(`{"call_id":"a","tool":"echo","decision":"allowed"}` + "\n" +
+		`{"call_id":"b","tool":"echo","decision":"toolset"}` + "\n")})
+	a, ok := f.audit("a")
+	require.True(t, ok)
+	require.Equal(t, "allowed", a.Decision)
+	b, ok := f.audit("b")
+	require.True(t, ok)
+	require.Equal(t, "toolset", b.Decision)
 }
