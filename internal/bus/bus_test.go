@@ -101,6 +101,26 @@ func TestPublishDeduplicatesByMsgID(t *testing.T) {
 	require.EqualValues(t, 1, n)
 }
 
+// TestPublishFirstStoresOnlyTheFirstMessageOfASubject: a second message
+// on the subject is refused with ErrSubjectTaken however it comes; other
+// subjects are not affected; a purge makes room again.
+func TestPublishFirstStoresOnlyTheFirstMessageOfASubject(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	hdr := bus.Header{"Capstan-Protocol": {"2"}}
+	const subject = "capstan.result.p.b.c1"
+	require.NoError(t, c.PublishFirst(ctxT(t), subject, []byte(`{"n":1}`), hdr))
+	err := c.PublishFirst(ctxT(t), subject, []byte(`{"n":2}`), hdr)
+	require.ErrorIs(t, err, bus.ErrSubjectTaken)
+	require.ErrorContains(t, err, subject)
+	require.NoError(t, c.PublishFirst(ctxT(t), "capstan.result.p.b.c2", []byte(`{"n":1}`), hdr))
+	m, err := c.LastMsg(ctxT(t), "CAPSTAN_RESULTS", subject)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"n":1}`, string(m.Data), "the first message stays")
+	require.NoError(t, c.PurgeSubject(ctxT(t), "CAPSTAN_RESULTS", subject))
+	require.NoError(t, c.PublishFirst(ctxT(t), subject, []byte(`{"n":3}`), hdr), "a purged subject takes a first message again")
+}
+
 func TestFetchNeverPullsMoreThanAsked(t *testing.T) {
 	t.Parallel()
 	c := bustest.Conn(t, bustest.Server(t), "")

@@ -45,24 +45,36 @@ func (h Header) Clone() Header {
 // ErrTooLarge (a *TooLargeError); a subject no stream captures with
 // ErrNoStream.
 func (c *Conn) Publish(ctx context.Context, subject string, data []byte, hdr Header, msgID string) (duplicate bool, err error) {
-	size := MessageSize(len(data), hdr, msgID)
-	if limit := c.MaxPayload(); size > limit {
-		return false, fmt.Errorf("bus: publish %s: %w", subject, &TooLargeError{Size: size, Limit: limit})
-	}
-	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header(hdr.Clone())}
 	var opts []jetstream.PublishOpt
 	if msgID != "" {
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
+	ack, err := c.publish(ctx, subject, data, hdr, MessageSize(len(data), hdr, msgID), opts...)
+	if err != nil {
+		return false, err
+	}
+	return ack.Duplicate, nil
+}
+
+// publish sends a message of size bytes on the wire (headers included) to
+// a stream and waits for the ack; see Publish for the errors.
+func (c *Conn) publish(ctx context.Context, subject string, data []byte, hdr Header, size int, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if limit := c.MaxPayload(); size > limit {
+		return nil, fmt.Errorf("bus: publish %s: %w", subject, &TooLargeError{Size: size, Limit: limit})
+	}
+	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header(hdr.Clone())}
 	var ack *jetstream.PubAck
-	err = c.den.guard(ctx, []string{subject}, func(ctx context.Context) (err error) {
+	err := c.den.guard(ctx, []string{subject}, func(ctx context.Context) (err error) {
 		ack, err = c.js.PublishMsg(ctx, m, opts...)
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("bus: publish %s: %w", subject, c.publishError(err, size))
+		if wrongLastSequence(err) {
+			return nil, fmt.Errorf("bus: publish %s: %w", subject, ErrSubjectTaken)
+		}
+		return nil, fmt.Errorf("bus: publish %s: %w", subject, c.publishError(err, size))
 	}
-	return ack.Duplicate, nil
+	return ack, nil
 }
 
 // ErrSubjectTaken is wrapped by the error of PublishFirst when the stream
@@ -75,22 +87,8 @@ var ErrSubjectTaken = errors.New("the stream already holds a message on the subj
 // same subject fails with ErrSubjectTaken, however late it comes. It sets no
 // Nats-Msg-Id. Other errors are as Publish's.
 func (c *Conn) PublishFirst(ctx context.Context, subject string, data []byte, hdr Header) error {
-	size := ExpectFirstSize(len(data), hdr)
-	if limit := c.MaxPayload(); size > limit {
-		return fmt.Errorf("bus: publish %s: %w", subject, &TooLargeError{Size: size, Limit: limit})
-	}
-	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header(hdr.Clone())}
-	err := c.den.guard(ctx, []string{subject}, func(ctx context.Context) error {
-		_, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
-		return err
-	})
-	if err != nil {
-		if wrongLastSequence(err) {
-			return fmt.Errorf("bus: publish %s: %w", subject, ErrSubjectTaken)
-		}
-		return fmt.Errorf("bus: publish %s: %w", subject, c.publishError(err, size))
-	}
-	return nil
+	_, err := c.publish(ctx, subject, data, hdr, ExpectFirstSize(len(data), hdr), jetstream.WithExpectLastSequencePerSubject(0))
+	return err
 }
 
 // expectFirstHeader is what PublishFirst adds to a message's headers.
