@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -456,4 +457,25 @@ func TestKVFencedPurgeLeavesNoMarker(t *testing.T) {
 		n, err := c.StreamMsgs(ctxT(t), "KV_capstan_leases")
 		return err == nil && n == 1 // the delete marker of "deleted" only
 	}, 20*time.Second, 50*time.Millisecond)
+}
+
+func TestStreamStates(t *testing.T) {
+	t.Parallel()
+	c := bustest.Conn(t, bustest.Server(t), "")
+	for _, s := range []string{"capstan.result.p.b.c1", "capstan.result.p.b.c2"} {
+		require.NoError(t, c.PublishFirst(ctxT(t), s, []byte(`{}`), bus.Header{"Capstan-Protocol": {"2"}}))
+	}
+	states, err := c.StreamStates(ctxT(t))
+	require.NoError(t, err)
+	names := make([]string, len(states))
+	for i, s := range states {
+		names[i] = s.Name
+		if s.Name == "CAPSTAN_RESULTS" {
+			require.EqualValues(t, 2, s.Msgs)
+			require.Equal(t, 2, s.Subjects)
+			require.Positive(t, s.Bytes)
+		}
+	}
+	require.Contains(t, names, "CAPSTAN_RESULTS")
+	require.True(t, slices.IsSorted(names), "sorted by name: %v", names)
 }
