@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // ExecuteFunc is the type of Tool.Execute.
@@ -49,11 +51,11 @@ func InvalidArguments(msg string) Result {
 
 // decodeArgs unmarshals raw into v and returns the message of a failure.
 func decodeArgs(raw json.RawMessage, v any) (msg string, ok bool) {
-	err := json.Unmarshal(raw, v)
+	err := jsonv1.Unmarshal(raw, v)
 	if err == nil {
 		return "", true
 	}
-	var te *json.UnmarshalTypeError
+	var te *jsonv1.UnmarshalTypeError
 	if !errors.As(err, &te) {
 		return "args must be a JSON object: " + err.Error(), false
 	}

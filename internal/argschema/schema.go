@@ -95,7 +95,7 @@ func (s *Schema) Validate(args json.RawMessage) error {
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	v, err := decode(args)
 	if err != nil {
 		return fmt.Errorf("%w: args must be a JSON object, got invalid JSON: %v", ErrInvalidArguments, err)
 	}

@@ -43,8 +43,8 @@ func DecodeCall(data []byte) (Call, error) {
 	if len(data) > MaxCallBytes {
 		return Call{}, &DecodeError{Reason: fmt.Sprintf("call is %d bytes, more than the 1 MiB limit", len(data))}
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
+	fields, ok := topLevelFields(data)
+	if !ok {
 		return Call{}, &DecodeError{Reason: "body must be a JSON object"}
 	}
 	d := decoder{fields: fields}
