@@ -20,6 +20,8 @@ import (
 	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/scoped/process"
+	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/internal/telemetry/telemetrytest"
 	"github.com/capstanhq/capstan/internal/tools/echo"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/tools/builtin"
@@ -27,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 type streamConfig = jetstream.StreamConfig
@@ -277,7 +280,8 @@ func TestResultTooLargeForTheStreamIsReplaced(t *testing.T) {
 func TestUnpublishableResultIsDeadLetteredAtOnce(t *testing.T) {
 	t.Parallel()
 	e := newStockEnv(t)
-	w := e.start(worker.Config{Concurrency: 1}, echo.Tool())
+	mp, reader := telemetrytest.Metrics(t)
+	w := e.start(worker.Config{Concurrency: 1, MeterProvider: mp}, echo.Tool())
 	dlq := e.tail(e.names.DLQStream(), e.names.Prefix()+".dlq.echo")
 	e.deleteStream(e.names.ResultsStream())
 	start := time.Now()
@@ -288,38 +292,90 @@ func TestUnpublishableResultIsDeadLetteredAtOnce(t *testing.T) {
 	e.waitCallsDrained()
 	code, rd := readiness(t, w.Handler())
 	require.Equal(t, "ok", rd.Checks["slots"], "%d %+v", code, rd)
+	// Counted once, by kind and reason: a permanent failure is not retried.
+	require.Equal(t, 1.0, publishFailures(t, reader, "result", "no_stream"))
+}
+
+// publishFailures is the capstan.publish.failures count of kind and reason.
+func publishFailures(t *testing.T, reader *sdkmetric.ManualReader, kind, reason string) float64 {
+	t.Helper()
+	return telemetrytest.Sum(t, reader, telemetry.MetricPublishFailures,
+		telemetry.AttrPublishKind.String(kind), telemetry.AttrPublishReason.String(reason))
 }
 
 // TestUnpublishableResultTurnsReadinessRedThenGivesUp: a result whose
 // publish keeps failing for a reason that may pass (the results stream is
-// full) makes /readyz name the stuck call after 5s, and is given up after
-// the retry limit with a dead letter; the slot is then free again.
+// full: its max_bytes, discard new, refuses the 20 kB result) makes /readyz
+// name the stuck call after 5s, and is given up after the retry limit with
+// a dead letter and the abandonment result (small enough for the stream);
+// each failed attempt is counted by kind and reason, and the slot is then
+// free again.
 func TestUnpublishableResultTurnsReadinessRedThenGivesUp(t *testing.T) {
 	t.Parallel()
 	e := newStockEnv(t)
+	mp, reader := telemetrytest.Metrics(t)
 	w, err := worker.New(worker.Config{NATSURL: e.url, NATSCreds: bustest.Creds(e.url), Concurrency: 1, Logger: quietLogger(),
-		ShutdownGrace: 2 * time.Second}, echo.Tool())
+		ShutdownGrace: 2 * time.Second, MeterProvider: mp}, echo.Tool())
 	require.NoError(t, err)
 	worker.SetResultRetryLimit(w, 12*time.Second)
 	e.run(w)
 	dlq := e.tail(e.names.DLQStream(), e.names.Prefix()+".dlq.echo")
-	// A full results stream that refuses new messages.
-	_, err = e.conn.Publish(ctxT(t), e.names.Prefix()+".result.default.x.x", []byte("{}"), nil, "")
-	require.NoError(t, err)
-	e.setStream(e.names.ResultsStream(), func(c *streamConfig) { c.MaxMsgs, c.Discard = 1, discardNew })
+	e.setStream(e.names.ResultsStream(), func(c *streamConfig) { c.MaxBytes, c.Discard = 8<<10, discardNew })
 
-	e.call(protocol.Call{CallID: "stuck", Tool: "echo", Args: json.RawMessage(`{"text":"x"}`)})
+	start := time.Now()
+	text := strings.Repeat("t", 20_000)
+	e.call(protocol.Call{CallID: "stuck", Tool: "echo", Args: json.RawMessage(`{"text":"` + text + `"}`)})
 	require.Eventually(t, func() bool {
 		_, rd := readiness(t, w.Handler())
 		return rd.Status == "not_ready" && strings.HasPrefix(rd.Checks["slots"], "1 of 1 slots held by calls that cannot finish: call stuck (echo): result unpublishable for ")
 	}, 30*time.Second, 100*time.Millisecond)
 	d := recv(t, dlq)
 	require.Regexp(t, `^result not published within 12s: publish result: `, d.Header.Get(protocol.HeaderDeadReason))
+	r := e.result("stuck", "stuck")
+	require.False(t, r.OK)
+	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
+	require.Regexp(t, `^call abandoned after 1 deliveries: result not published within 12s: publish result: `, r.Error)
+	require.Less(t, time.Since(start), 40*time.Second, "given up, not retried for ever")
+	require.Equal(t, 1, e.resultsOn("stuck", "stuck"))
 	e.waitCallsDrained()
 	require.Eventually(t, func() bool {
 		_, rd := readiness(t, w.Handler())
 		return rd.Checks["slots"] == "ok"
 	}, 10*time.Second, 100*time.Millisecond)
+	// Every attempt was counted (backoff 100 ms doubling to 5 s: several
+	// in 12 s), as a failure retrying may cure.
+	require.GreaterOrEqual(t, publishFailures(t, reader, "result", "unavailable"), 4.0)
+	require.Zero(t, publishFailures(t, reader, "result", "too_large"), "a full stream is not a message too large")
+}
+
+// TestBlobConfigNarrowsWhichOutputsAreStored: a worker's BlobConfig
+// (CAPSTAN_BLOB_TOOLS, CAPSTAN_BLOB_MIN_BYTES) decides which cut outputs
+// become blobs: only the tools it lists, and only outputs of at least
+// MinBytes; the others are answered with their cut alone.
+func TestBlobConfigNarrowsWhichOutputsAreStored(t *testing.T) {
+	t.Parallel()
+	e := newStockEnv(t)
+	e.start(worker.Config{Blobs: worker.BlobConfig{Tools: []string{"echo"}, MinBytes: 300_000}}, echo.Tool(), bigStructured())
+	for _, c := range []struct {
+		id, tool, args string
+		blob           bool
+	}{
+		{"small", "echo", `{"text":"` + strings.Repeat("a", 200_000) + `"}`, false}, // cut at the 80,000-character budget, under MinBytes
+		{"large", "echo", `{"text":"` + strings.Repeat("b", 400_000) + `"}`, true},
+		{"unlisted", "big_structured", `{}`, false},
+	} {
+		e.call(protocol.Call{CallID: c.id, Tool: c.tool, Args: json.RawMessage(c.args)})
+		r := e.result(c.id, c.id)
+		require.True(t, r.OK, "%s: %s: %s", c.id, r.Code, r.Error)
+		require.True(t, r.Truncated || r.StructuredOmitted, c.id)
+		if !c.blob {
+			require.Nil(t, r.Blob, c.id)
+			continue
+		}
+		require.NotNil(t, r.Blob, c.id)
+		require.Equal(t, int64(400_000), r.Blob.Size)
+	}
+	e.waitCallsDrained()
 }
 
 // TestBlobsHoldNoSecret: the full output of a call is redacted before it is

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/shape"
 	"github.com/stretchr/testify/require"
@@ -92,4 +93,25 @@ func TestCapReasonAndAudit(t *testing.T) {
 	require.Len(t, rec.Denials, 64)
 	require.Equal(t, 36, rec.DenialsOmitted)
 	require.True(t, strings.HasPrefix(rec.SessionID, strings.Repeat("s", 256)+"\n[truncated"))
+}
+
+// TestOversizedNamesTheLimit: the execution_failed result that replaces a
+// result no message can carry names its size and the limit it broke, the
+// server's max payload (read from the connection) or the worker's own
+// CAPSTAN_RESULT_MAX_BYTES, and points at a blob already stored.
+func TestOversizedNamesTheLimit(t *testing.T) {
+	t.Parallel()
+	w := &Worker{conn: bustest.Conn(t, bustest.Server(t, bustest.MaxPayload(bustest.StockMaxPayload)), "")}
+	res := protocol.Result{CallID: "c1", BatchID: "b1", Tool: "run_process", OK: true, Value: "v", DurationMS: 7, WorkerID: "w1", Deliveries: 2}
+
+	got := w.oversized(res, 6_700_000, w.limitText(bustest.StockMaxPayload))
+	require.Equal(t, protocol.Result{CallID: "c1", BatchID: "b1", Tool: "run_process", Code: protocol.CodeExecutionFailed,
+		Error:      "result of 6.7 MB exceeds the server's 1 MiB message limit; the output was dropped",
+		DurationMS: 7, WorkerID: "w1", Deliveries: 2}, got)
+
+	res.Blob = &protocol.BlobRef{Bucket: "capstan_blobs", Name: "default/c1"}
+	got = w.oversized(res, 600_000, w.limitText(512<<10))
+	require.Equal(t, "result of 600.0 kB exceeds the worker's 512 KiB result limit (CAPSTAN_RESULT_MAX_BYTES); the output was dropped"+
+		" (the full output is in blob capstan_blobs/default/c1)", got.Error)
+	require.Same(t, res.Blob, got.Blob)
 }

@@ -19,8 +19,9 @@ import (
 )
 
 // TestResultBlobWritesTheFullOutput: "result --blob <file>" writes the full
-// output a cut result refers to, its digest checked, and says when a
-// result has none.
+// output a cut result refers to, its digest checked, refuses a blob whose
+// stored bytes no longer match (leaving no file), and says when a result
+// has none.
 func TestResultBlobWritesTheFullOutput(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t, bustest.MaxPayload(bustest.StockMaxPayload))
@@ -60,6 +61,18 @@ func TestResultBlobWritesTheFullOutput(t *testing.T) {
 	info, err := os.Stat(file)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+
+	// Stored bytes changed behind the reference (one more chunk): the
+	// check fails, exit 2, and no file is left.
+	subject, err := r.Blob.ChunkSubject()
+	require.NoError(t, err)
+	_, err = conn.Publish(ctxT(t), subject, []byte("tampered"), nil, "")
+	require.NoError(t, err)
+	bad := filepath.Join(t.TempDir(), "bad.txt")
+	code, _, stderr = runT(t, env, "", "result", r.CallID, "--blob", bad)
+	require.Equal(t, exitUsage, code, stderr)
+	require.Contains(t, stderr, "blob does not match its reference")
+	require.NoFileExists(t, bad)
 
 	code, stdout, _ = runT(t, env, "", "call", "echo", "--json", "--args", `{"text":"short"}`)
 	require.Equal(t, exitOK, code)
