@@ -146,7 +146,8 @@ func TestAttackChildWithoutNetwork(t *testing.T) {
 				require.Equal(t, "exfiltrated", got, "the datagram left the child")
 				return
 			}
-			for _, key := range []string{"tcp", "mptcp", "udp", "udp6", "raw", "raw_cloexec", "packet", "packet_dgram", "netlink_audit", "vsock", "xdp", "socketpair_ip"} {
+			for _, key := range []string{"tcp", "mptcp", "udp", "udp6", "raw", "raw_cloexec", "packet", "packet_dgram", "netlink_audit", "vsock", "xdp", "socketpair_ip",
+				"mptcp_high_bits", "raw_high_bits", "inet_high_bits"} {
 				require.Contains(t, out, key)
 				require.Contains(t, out[key], "operation not permitted", "%s must be refused: %s", key, out[key])
 			}
@@ -266,6 +267,22 @@ func TestAttackChildWithNarrowGrant(t *testing.T) {
 			narrowGrantAttack(t, exe, nats, sp.cfg)
 		})
 	}
+	// On main before the namespace and the proxy, a process grant with any
+	// network meant TCP to any address, as CAPSTAN_PROCESS_NETWORK=
+	// unconfined still gives where there is no user namespace: the same
+	// child then reaches the NATS server, so the test tells the difference.
+	t.Run("any host, as on main before the namespace and the proxy", func(t *testing.T) {
+		t.Parallel()
+		sink := newUDPSink(t)
+		cfg := process.Config{NoNetNS: true, Network: process.NetworkUnconfined}
+		r := process.New(grant(exe), proxied(t, []string{"example.com"}, false, nil, nil), resolver, cfg, nil)
+		out := escape(t, r, "escape-net", map[string]string{tcpEnv: nats, udpEnv: sink.conn.LocalAddr().String()})
+		require.Contains(t, out["tcp"], `CONNECTED, read "INFO {`, "TCP reaches the NATS server")
+		require.Equal(t, "SENT", out["udp"])
+		require.Equal(t, "exfiltrated", sink.firstDatagram(t), "the datagram left the child")
+		require.Contains(t, out["mptcp"], "operation not permitted", "the filter still refuses multipath TCP")
+		require.Contains(t, out["mptcp_high_bits"], "operation not permitted")
+	})
 }
 
 func narrowGrantAttack(t *testing.T, exe, nats string, cfg process.Config) {
@@ -276,7 +293,7 @@ func narrowGrantAttack(t *testing.T, exe, nats string, cfg process.Config) {
 	require.NotContains(t, out["tcp"], "CONNECTED", "direct TCP to the NATS port")
 	require.NotContains(t, out["mptcp"], "CONNECTED")
 	require.Contains(t, out["mptcp"], "operation not permitted")
-	for _, k := range []string{"raw", "packet", "netlink_audit", "vsock"} {
+	for _, k := range []string{"raw", "packet", "netlink_audit", "vsock", "mptcp_high_bits", "raw_high_bits"} {
 		require.Contains(t, out[k], "operation not permitted", k)
 	}
 	require.Equal(t, "sentinel", sink.firstDatagram(t), "a datagram to the host's loopback stays in the child's namespace")
