@@ -303,6 +303,43 @@ func narrowGrantAttack(t *testing.T, exe, nats string, cfg process.Config) {
 	require.ErrorIs(t, d.all()[0], tool.ErrHostNotAllowed)
 }
 
+// TestProxyEnvironment: a child with network finds the egress proxy in
+// HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and their lower-case forms, with an
+// empty NO_PROXY, whatever the call's own env says; a child without
+// network gets none of them.
+func TestProxyEnvironment(t *testing.T) {
+	t.Parallel()
+	needConfined(t)
+	const proxy = "http://127.0.0.1:3128"
+	names := []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY", "no_proxy"}
+	callEnv := map[string]string{"HTTP_PROXY": "http://evil.test:1", "https_proxy": "http://evil.test:2", "NO_PROXY": "*", "no_proxy": "*"}
+	for _, sp := range spawners {
+		t.Run(sp.name, func(t *testing.T) {
+			t.Parallel()
+			env := func(reach process.Reach) map[string]string {
+				r := process.New(grant("env"), reach, resolver, sp.cfg, nil)
+				res, err := r.Run(context.Background(), tool.Command{Binary: "env", Env: callEnv})
+				require.NoError(t, err)
+				require.Equal(t, 0, res.ExitCode, "stderr %q", res.Stderr)
+				got := map[string]string{}
+				for line := range strings.Lines(string(res.Stdout)) {
+					name, value, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
+					if strings.HasSuffix(strings.ToUpper(name), "_PROXY") {
+						got[name] = value
+					}
+				}
+				return got
+			}
+			want := map[string]string{"NO_PROXY": "", "no_proxy": ""}
+			for _, n := range names[:6] {
+				want[n] = proxy
+			}
+			require.Equal(t, want, env(proxied(t, []string{"example.com"}, false, nil, nil)), "with network")
+			require.Equal(t, callEnv, env(process.Reach{}), "without network: the call's own variables, no proxy")
+		})
+	}
+}
+
 // TestEgressClients: real clients reach an allowed host through the egress
 // proxy: curl over HTTP and HTTPS, and git cloning over HTTPS (git's smart
 // HTTP protocol, served by git http-backend).
