@@ -16,20 +16,27 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/tools/echo"
+	"github.com/capstanhq/capstan/tool"
+	"github.com/capstanhq/capstan/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // embeddedWorker runs a worker without NATSURL, so that it starts its own
 // embedded server on a free loopback port storing in a temp data dir, until
 // the test ends. It returns the server's URL and the data dir.
-func embeddedWorker(t *testing.T, logs *lockedBuffer) (url, dataDir string) {
+func embeddedWorker(t *testing.T, logs *lockedBuffer, tools ...tool.Tool) (url, dataDir string) {
 	t.Helper()
 	dataDir = t.TempDir()
 	port := bustest.FreePort(t)
+	if len(tools) == 0 {
+		tools = []tool.Tool{echo.Tool()}
+	}
 	w, err := worker.New(worker.Config{DataDir: dataDir, EmbeddedPort: port, WorkerID: "embedded-1", ShutdownGrace: time.Millisecond,
-		Logger: slog.New(slog.NewJSONHandler(logs, nil))}, echo.Tool())
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))}, tools...)
 	require.NoError(t, err)
 	_, running := w.Embedded()
 	require.False(t, running, "no server before Run")
@@ -138,4 +145,51 @@ func TestAttackUnauthenticatedClientRewritesPersonality(t *testing.T) {
 	require.True(t, found)
 	require.Equal(t, policy, string(e.Value))
 	require.Equal(t, rev, e.Revision, "the personality was not written")
+}
+
+// TestEmbeddedCredentialsAreOnTheFloor: a personality whose fs_reach
+// covers the embedded server's data directory still cannot read
+// embedded.creds through the file tools (the data dir is on the floor of
+// every personality), while a file next to the data dir is read.
+func TestEmbeddedCredentialsAreOnTheFloor(t *testing.T) {
+	t.Parallel()
+	url, dataDir := embeddedWorker(t, &lockedBuffer{}, builtin.All()...)
+	dataDir, err := filepath.EvalSymlinks(dataDir)
+	require.NoError(t, err)
+	beside, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	require.Equal(t, filepath.Dir(dataDir), filepath.Dir(beside), "t.TempDir gives siblings")
+	note := filepath.Join(beside, "note")
+	require.NoError(t, os.WriteFile(note, []byte("readable"), 0o644))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := bus.Connect(ctx, bus.Config{URL: url, Creds: bus.EmbeddedCredsFile(dataDir)})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	e := &env{t: t, url: url, conn: c, names: c.Names()}
+	e.putPersonality("default", "id: default\n")
+	e.putPersonality("wide", fmt.Sprintf("id: wide\nfs_reach:\n  read: [%q]\n", filepath.Dir(dataDir)))
+
+	read := func(path string) (protocol.Result, error) {
+		args, err := json.Marshal(map[string]string{"path": path})
+		require.NoError(t, err)
+		return tryDo(ctxT(t), e, protocol.Call{Tool: "read_file", PersonalityID: "wide", Args: args})
+	}
+	// The worker sees the new personality through its watch.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		r, err := read(note)
+		require.NoError(c, err)
+		assert.True(c, r.OK, r.Error)
+		assert.Contains(c, r.Value, "readable")
+	}, 15*time.Second, 20*time.Millisecond)
+
+	creds := filepath.Join(dataDir, "embedded.creds")
+	r, err := read(creds)
+	require.NoError(t, err)
+	require.False(t, r.OK)
+	require.Equal(t, fmt.Sprintf("Filesystem boundary: read of %q is outside this personality's fs_reach allowlist.", creds), r.Error)
+	data, err := os.ReadFile(creds)
+	require.NoError(t, err)
+	require.NotContains(t, r.Value, strings.TrimSpace(string(data)))
 }

@@ -146,7 +146,8 @@ func TestAttackChildWithoutNetwork(t *testing.T) {
 				require.Equal(t, "exfiltrated", got, "the datagram left the child")
 				return
 			}
-			for _, key := range []string{"tcp", "mptcp", "udp", "udp6", "raw", "raw_cloexec", "packet", "packet_dgram", "netlink_audit", "vsock", "xdp", "socketpair_ip"} {
+			for _, key := range []string{"tcp", "mptcp", "udp", "udp6", "raw", "raw_cloexec", "packet", "packet_dgram", "netlink_audit", "vsock", "xdp", "socketpair_ip",
+				"mptcp_high_bits", "raw_high_bits", "inet_high_bits"} {
 				require.Contains(t, out, key)
 				require.Contains(t, out[key], "operation not permitted", "%s must be refused: %s", key, out[key])
 			}
@@ -266,6 +267,22 @@ func TestAttackChildWithNarrowGrant(t *testing.T) {
 			narrowGrantAttack(t, exe, nats, sp.cfg)
 		})
 	}
+	// On main before the namespace and the proxy, a process grant with any
+	// network meant TCP to any address, as CAPSTAN_PROCESS_NETWORK=
+	// unconfined still gives where there is no user namespace: the same
+	// child then reaches the NATS server, so the test tells the difference.
+	t.Run("any host, as on main before the namespace and the proxy", func(t *testing.T) {
+		t.Parallel()
+		sink := newUDPSink(t)
+		cfg := process.Config{NoNetNS: true, Network: process.NetworkUnconfined}
+		r := process.New(grant(exe), proxied(t, []string{"example.com"}, false, nil, nil), resolver, cfg, nil)
+		out := escape(t, r, "escape-net", map[string]string{tcpEnv: nats, udpEnv: sink.conn.LocalAddr().String()})
+		require.Contains(t, out["tcp"], `CONNECTED, read "INFO {`, "TCP reaches the NATS server")
+		require.Equal(t, "SENT", out["udp"])
+		require.Equal(t, "exfiltrated", sink.firstDatagram(t), "the datagram left the child")
+		require.Contains(t, out["mptcp"], "operation not permitted", "the filter still refuses multipath TCP")
+		require.Contains(t, out["mptcp_high_bits"], "operation not permitted")
+	})
 }
 
 func narrowGrantAttack(t *testing.T, exe, nats string, cfg process.Config) {
@@ -276,7 +293,7 @@ func narrowGrantAttack(t *testing.T, exe, nats string, cfg process.Config) {
 	require.NotContains(t, out["tcp"], "CONNECTED", "direct TCP to the NATS port")
 	require.NotContains(t, out["mptcp"], "CONNECTED")
 	require.Contains(t, out["mptcp"], "operation not permitted")
-	for _, k := range []string{"raw", "packet", "netlink_audit", "vsock"} {
+	for _, k := range []string{"raw", "packet", "netlink_audit", "vsock", "mptcp_high_bits", "raw_high_bits"} {
 		require.Contains(t, out[k], "operation not permitted", k)
 	}
 	require.Equal(t, "sentinel", sink.firstDatagram(t), "a datagram to the host's loopback stays in the child's namespace")
@@ -284,6 +301,43 @@ func narrowGrantAttack(t *testing.T, exe, nats string, cfg process.Config) {
 	require.Contains(t, out["proxy_connect_nats"], `Capstan egress: host \"`+nats+`\" is not in personality network allow list`)
 	require.Len(t, d.all(), 1, "the proxy's refusal is reported once")
 	require.ErrorIs(t, d.all()[0], tool.ErrHostNotAllowed)
+}
+
+// TestProxyEnvironment: a child with network finds the egress proxy in
+// HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and their lower-case forms, with an
+// empty NO_PROXY, whatever the call's own env says; a child without
+// network gets none of them.
+func TestProxyEnvironment(t *testing.T) {
+	t.Parallel()
+	needConfined(t)
+	const proxy = "http://127.0.0.1:3128"
+	names := []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY", "no_proxy"}
+	callEnv := map[string]string{"HTTP_PROXY": "http://evil.test:1", "https_proxy": "http://evil.test:2", "NO_PROXY": "*", "no_proxy": "*"}
+	for _, sp := range spawners {
+		t.Run(sp.name, func(t *testing.T) {
+			t.Parallel()
+			env := func(reach process.Reach) map[string]string {
+				r := process.New(grant("env"), reach, resolver, sp.cfg, nil)
+				res, err := r.Run(context.Background(), tool.Command{Binary: "env", Env: callEnv})
+				require.NoError(t, err)
+				require.Equal(t, 0, res.ExitCode, "stderr %q", res.Stderr)
+				got := map[string]string{}
+				for line := range strings.Lines(string(res.Stdout)) {
+					name, value, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
+					if strings.HasSuffix(strings.ToUpper(name), "_PROXY") {
+						got[name] = value
+					}
+				}
+				return got
+			}
+			want := map[string]string{"NO_PROXY": "", "no_proxy": ""}
+			for _, n := range names[:6] {
+				want[n] = proxy
+			}
+			require.Equal(t, want, env(proxied(t, []string{"example.com"}, false, nil, nil)), "with network")
+			require.Equal(t, callEnv, env(process.Reach{}), "without network: the call's own variables, no proxy")
+		})
+	}
 }
 
 // TestEgressClients: real clients reach an allowed host through the egress

@@ -73,6 +73,22 @@ func escapeNet() int {
 		defer unix.Close(fd)
 		return errors.New("OPENED")
 	}())
+	// The same sockets with bits set above the 32 of the C int the kernel
+	// reads: a filter that compares the whole 64-bit argument would let
+	// them through.
+	for name, args := range map[string][3]uintptr{
+		"mptcp_high_bits": {unix.AF_INET, unix.SOCK_STREAM, 1<<32 | 262},
+		"raw_high_bits":   {unix.AF_INET, 1<<32 | unix.SOCK_RAW, unix.IPPROTO_ICMP},
+		"inet_high_bits":  {1<<32 | unix.AF_INET, unix.SOCK_STREAM, 0},
+	} {
+		fd, _, errno := unix.RawSyscall(unix.SYS_SOCKET, args[0], args[1], args[2])
+		if errno != 0 {
+			out[name] = errno.Error()
+			continue
+		}
+		_ = unix.Close(int(fd))
+		out[name] = "ok"
+	}
 	for name, args := range map[string][3]int{
 		"raw":            {unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP},
 		"raw_cloexec":    {unix.AF_INET, unix.SOCK_RAW | unix.SOCK_CLOEXEC, unix.IPPROTO_RAW},

@@ -25,8 +25,9 @@ import (
 //     libc's getaddrinfo and if_nameindex use) and, for a child with
 //     network, IPv4 and IPv6; SOCK_RAW and SOCK_PACKET of any family but
 //     netlink;
-//     IPPROTO_MPTCP (Landlock restricts classic TCP only); socketpair other
-//     than unix;
+//     IPPROTO_MPTCP (Landlock restricts classic TCP only); a type or
+//     protocol with bits set above the C int the kernel reads; socketpair
+//     other than unix;
 //   - debugging and introspection of other processes: ptrace,
 //     process_vm_readv/writev, perf_event_open, kcmp, pidfd_getfd;
 //   - kernel surfaces: bpf, userfaultfd, io_uring (whose operations would
@@ -119,6 +120,14 @@ func Policy(network bool) (*seccomp.Policy, error) {
 		rule("socket", ne(0, afNetlink), eq(1, sockPkt|flags))
 	}
 	rule("socket", eq(2, ipMPTCP))
+	// The kernel reads socket's arguments as 32-bit ints and the filter
+	// sees the whole 64-bit registers: a type or protocol with bits set
+	// above the int (socket(AF_INET, SOCK_STREAM, 1<<32|IPPROTO_MPTCP))
+	// would slip past the Equal rules above, so no caller may set them.
+	// The family rules compare with NotEqual and refuse such a family
+	// already.
+	rule("socket", seccomp.Condition{Argument: 1, Operation: seccomp.GreaterThan, Value: 1<<32 - 1})
+	rule("socket", seccomp.Condition{Argument: 2, Operation: seccomp.GreaterThan, Value: 1<<32 - 1})
 	rule("socketpair", ne(0, afUnix))
 	// clone's flags are its first argument on the architectures Go
 	// supports here (not s390x, where this package does not build).
