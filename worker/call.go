@@ -16,6 +16,27 @@ import (
 // opTimeout bounds each bus operation a call handler makes (publish, KV, ack).
 const opTimeout = 10 * time.Second
 
+// delivery is one delivered message of a call, taken from decode to ack by
+// the handler of one slot: the message, the decoded call and what the
+// handler acquires for it along the way. Its methods are the steps of a
+// call's life (doc.go); the worker's shared services are reached through w.
+type delivery struct {
+	w *Worker
+	m *bus.Msg
+	// ctx carries the call's consumer span: every step's span and log
+	// line, and every bus operation's bounded context (boundCtx), derive
+	// from it.
+	ctx  context.Context
+	cs   *callSpan
+	call protocol.Call
+	// run is the call's entry in the in-flight book (cancel requests, the
+	// slots check), nil until registered.
+	run *running
+	// lease is the call's fenced lease, nil for a call of a tool that is
+	// not exclusive (a nil lease holds nothing and is never lost).
+	lease *lease
+}
+
 // outcome is what processing a call produced.
 type outcome struct {
 	result   protocol.Result
@@ -49,27 +70,36 @@ func (w *Worker) opCtx() (context.Context, context.CancelFunc) {
 func (w *Worker) handle(m *bus.Msg) {
 	defer w.calls.Done()
 	defer func() { <-w.slots }()
-	cctx, cs := w.startCall(m)
-	defer cs.end()
-	var call protocol.Call
+	d := &delivery{w: w, m: m}
+	d.ctx, d.cs = w.startCall(m)
+	defer d.cs.end()
 	defer func() {
 		if p := recover(); p != nil {
-			cs.outcome = "panic"
+			d.cs.outcome = "panic"
 			// Not the tool (a tool's panic is its execution_failed
 			// answer) but the worker's own handling: an infrastructure
 			// fault, retried with backoff and dead-lettered after
 			// MaxDeliver, so a poison call cannot take the worker down.
 			reason := fmt.Sprintf("worker panicked while handling the call: %v", p)
-			w.recordFailure(call.CallID, reason)
-			w.log.ErrorContext(cctx, "call handler panicked; call handed back", "subject", m.Subject, "call_id", call.CallID, "panic", fmt.Sprint(p))
+			w.recordFailure(d.call.CallID, reason)
+			w.log.ErrorContext(d.ctx, "call handler panicked; call handed back", "subject", m.Subject, "call_id", d.call.CallID, "panic", fmt.Sprint(p))
 			_ = m.Nak(retryDelay(m.Deliveries))
 		}
 	}()
+	d.handle()
+}
 
+// handle is the life of one delivery, and the one place that decides what
+// becomes of it: answered (a result published, or found already stored),
+// handed back (shutdown), retried later (an infrastructure fault), or
+// dropped (another run answers the call).
+func (d *delivery) handle() {
+	w, m, cs := d.w, d.m, d.cs
 	tokens, subjErr := w.names.ParseCallSubject(m.Subject)
 	call, err := protocol.DecodeCall(m.Data)
+	d.call = call
 	if subjErr != nil {
-		w.rejectMalformed(cctx, m, protocol.CallTokens{}, nil, subjErr)
+		d.rejectMalformed(protocol.CallTokens{}, nil, subjErr)
 		return
 	}
 	if err == nil && call.Tool != tokens.Tool {
@@ -78,22 +108,22 @@ func (w *Worker) handle(m *bus.Msg) {
 	}
 	if err != nil {
 		de, _ := protocol.AsDecodeError(err)
-		w.rejectMalformed(cctx, m, tokens, de, err)
+		d.rejectMalformed(tokens, de, err)
 		return
 	}
 	// The subject's personality decides (security.md section 3): NATS
 	// permissions bind subjects, never bodies.
-	bodyPersonality := call.PersonalityID
-	call.PersonalityID = tokens.Personality
-	cs.decoded(&call)
+	bodyPersonality := d.call.PersonalityID
+	d.call.PersonalityID = tokens.Personality
+	cs.decoded(&d.call)
 	if bodyPersonality != "" && bodyPersonality != tokens.Personality {
-		w.finish(cctx, m, &call, refuse(&call, protocol.DecisionPersonality, protocol.CodeInputInvalid,
+		d.answerWithoutRunning(refuse(&d.call, protocol.DecisionPersonality, protocol.CodeInputInvalid,
 			protocol.PersonalityMismatch(bodyPersonality, tokens.Personality)))
 		return
 	}
 	if v := m.Header.Get(protocol.HeaderProtocol); v != "" && v != protocol.Version {
 		// A newer client: answer rather than guess at its fields.
-		w.finish(cctx, m, &call, refuse(&call, protocol.DecisionDecode, protocol.CodeInputInvalid,
+		d.answerWithoutRunning(refuse(&d.call, protocol.DecisionDecode, protocol.CodeInputInvalid,
 			fmt.Sprintf("invalid call: header Capstan-Protocol %q is not supported (this worker speaks %s)", v, protocol.Version)))
 		return
 	}
@@ -104,24 +134,24 @@ func (w *Worker) handle(m *bus.Msg) {
 	// be there: on a redelivery, and before a call of an exclusive tool
 	// (which must not run twice: a late duplicate of it is caught here).
 	// Any other duplicate runs and finds out when its result is refused.
-	h, known := w.lookup(call.Tool)
+	h, known := w.lookup(d.call.Tool)
 	exclusive := known && h.SideEffects.NeedsLease()
 	if m.Deliveries > 1 || exclusive {
-		stored, err := w.storedResult(cctx, &call)
+		stored, err := w.storedResult(d.ctx, &d.call)
 		if err != nil {
-			w.retryLater(m, &call, err)
+			w.retryLater(m, &d.call, err)
 			cs.outcome = "retry"
 			return
 		}
 		if stored != nil {
-			w.answeredBefore(cctx, m, &call, stored)
+			d.answeredBefore(stored)
 			cs.outcome = "duplicate"
 			return
 		}
 	}
 
-	r := &running{seq: m.StreamSeq, personality: call.PersonalityID, tool: call.Tool}
-	if ok, seq := w.inflight.add(call.CallID, r); !ok {
+	r := &running{seq: m.StreamSeq, personality: d.call.PersonalityID, tool: d.call.Tool}
+	if ok, seq := w.inflight.add(d.call.CallID, r); !ok {
 		if seq != m.StreamSeq {
 			// Another copy of a call this worker is running: look again
 			// once it has finished (its result then answers it).
@@ -132,45 +162,45 @@ func (w *Worker) handle(m *bus.Msg) {
 		cs.outcome = "in_progress"
 		return
 	}
-	defer w.inflight.remove(call.CallID)
+	defer w.inflight.remove(d.call.CallID)
+	d.run = r
 	// Only calls of exclusive tools run under a lease ("never two at
 	// once"); for the others a nil lease holds nothing and is never lost.
-	var l *lease
 	if exclusive {
-		var err error
-		l, err = w.takeLease(call.CallID)
+		l, err := w.takeLease(d.call.CallID)
 		if errors.Is(err, bus.ErrKeyExists) {
 			// Another worker holds the lease: let it finish; look again later.
-			w.recordFailure(call.CallID, "call lease held by another worker")
+			w.recordFailure(d.call.CallID, "call lease held by another worker")
 			_ = m.Nak(w.timing.Heartbeat())
 			cs.outcome = "in_progress"
 			return
 		}
 		if err != nil {
-			w.retryLater(m, &call, fmt.Errorf("take call lease: %w", err))
+			w.retryLater(m, &d.call, fmt.Errorf("take call lease: %w", err))
 			cs.outcome = "retry"
 			return
 		}
+		d.lease = l
 	}
-	defer l.release()
-	stopBeat := w.heartbeat(m, l, r)
+	defer d.lease.release()
+	stopBeat := w.heartbeat(m, d.lease, r)
 	defer stopBeat()
-	o := w.process(cctx, &call, r)
-	if o.blob != nil && !l.isLost() {
-		w.storeBlob(cctx, &call, &o)
+	o := d.process()
+	if o.blob != nil && !d.lease.isLost() {
+		w.storeBlob(d.ctx, &d.call, &o)
 	}
 	switch {
 	case o.handback:
 		_ = m.Nak(0)
 		cs.outcome = "handback"
-	case o.leaseLost || l.isLost():
-		w.log.WarnContext(cctx, "call abandoned by this worker: its lease was lost to another worker, which answers it", "call_id", call.CallID, "tool", call.Tool)
+	case o.leaseLost || d.lease.isLost():
+		w.log.WarnContext(d.ctx, "call abandoned by this worker: its lease was lost to another worker, which answers it", "call_id", d.call.CallID, "tool", d.call.Tool)
 		cs.outcome = "lease_lost"
 	case o.infra != nil:
-		w.retryLater(m, &call, o.infra)
+		w.retryLater(m, &d.call, o.infra)
 		cs.outcome = "retry"
 	default:
-		w.deliver(cctx, m, &call, o, l, r)
+		d.deliver(o)
 	}
 }
 
@@ -196,17 +226,18 @@ func (w *Worker) storedResult(ctx context.Context, call *protocol.Call) (*bus.Ms
 // answeredBefore acks a delivery of a call whose result is already stored,
 // without running it, once an audit record of the delivery is stored (the
 // worker that stored the result may have died before its own record was).
-func (w *Worker) answeredBefore(ctx context.Context, m *bus.Msg, call *protocol.Call, stored *bus.Msg) {
+func (d *delivery) answeredBefore(stored *bus.Msg) {
+	w, call := d.w, &d.call
 	o := outcome{decision: protocol.DecisionAnswered, bytes: len(stored.Data)}
 	if json.Unmarshal(stored.Data, &o.result) != nil {
 		o.result = protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool}
 	}
-	if err := w.audit(ctx, call, o, int(m.Deliveries)); err != nil {
-		w.retryLater(m, call, fmt.Errorf("write audit record: %w", err))
+	if err := w.audit(d.ctx, call, o, int(d.m.Deliveries)); err != nil {
+		w.retryLater(d.m, call, fmt.Errorf("write audit record: %w", err))
 		return
 	}
-	w.ack(m, call.CallID)
-	w.log.DebugContext(ctx, "call already answered; delivery acknowledged without running it", "call_id", call.CallID, "deliveries", m.Deliveries)
+	w.ack(d.m, call.CallID)
+	w.log.DebugContext(d.ctx, "call already answered; delivery acknowledged without running it", "call_id", call.CallID, "deliveries", d.m.Deliveries)
 }
 
 // resultBatch is the batch token of a result subject: the call's batch id, or
@@ -220,23 +251,24 @@ func resultBatch(batch, callID string) string {
 
 // deliver publishes a computed result while this worker holds the call's
 // lease (if it has one), retrying the publish (never the execution) while
-// the bus is unavailable, then audits and acks (completed). A result the
-// results stream refuses because it holds one already is dropped
-// (lostRace). The call's heartbeat keeps running meanwhile. If the lease
-// is lost, the result is
-// dropped: the lease holder answers the call. If the worker is forced to
-// stop before the result is out, the call is handed back. A publish that
-// retrying cannot cure (permission denied, no results stream) dead-letters
-// the call at once (undeliverable); retries end after ResultRetryLimit
-// with a dead letter and an abandonment result (abandonUnpublished). r
-// records, for /readyz, how long the result has been unpublishable.
-func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome, l *lease, r *running) {
+// the bus is unavailable, then completes the call (audit and ack). A
+// result the results stream refuses because it holds one already is
+// dropped (lostRace). The call's heartbeat keeps running meanwhile. If the
+// lease is lost, the result is dropped: the lease holder answers the call.
+// If the worker is forced to stop before the result is out, the call is
+// handed back. A publish that retrying cannot cure (permission denied, no
+// results stream) dead-letters the call at once (undeliverable); retries
+// end after ResultRetryLimit with a dead letter and an abandonment result
+// (abandonUnpublished). The call's in-flight entry records, for /readyz,
+// how long the result has been unpublishable.
+func (d *delivery) deliver(o outcome) {
+	w, ctx, l, r := d.w, d.ctx, d.lease, d.run
 	delay := 100 * time.Millisecond
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		held, err := l.confirm()
 		if !held {
-			w.log.WarnContext(ctx, "result dropped: the call's lease was lost to another worker, which answers it", "call_id", call.CallID, "tool", call.Tool)
+			w.log.WarnContext(ctx, "result dropped: the call's lease was lost to another worker, which answers it", "call_id", d.call.CallID, "tool", d.call.Tool)
 			setOutcome(ctx, "lease_lost")
 			return
 		}
@@ -246,7 +278,7 @@ func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 			// call is handed back.
 			pctx, cancel := context.WithCancel(ctx)
 			stop := context.AfterFunc(w.execBase, cancel)
-			err = w.publish(pctx, m, call, &o)
+			err = d.publish(pctx, &o)
 			stop()
 			cancel()
 			if err != nil && !errors.Is(err, bus.ErrSubjectTaken) {
@@ -265,80 +297,82 @@ func (w *Worker) deliver(ctx context.Context, m *bus.Msg, call *protocol.Call, o
 			// while this one ran) stored its result first: that one is
 			// the call's result.
 			r.unstuck(stuckResult)
-			w.lostRace(ctx, m, call)
+			d.lostRace()
 			return
 		}
 		r.stuck(stuckResult, err)
 		if w.execBase.Err() != nil {
-			w.log.WarnContext(ctx, "result not published before shutdown; call handed back", "call_id", call.CallID, "error", err)
-			_ = m.Nak(0)
+			w.log.WarnContext(ctx, "result not published before shutdown; call handed back", "call_id", d.call.CallID, "error", err)
+			_ = d.m.Nak(0)
 			setOutcome(ctx, "handback")
 			return
 		}
 		if permanent {
-			w.undeliverable(ctx, m, call, o, err)
+			d.undeliverable(o, err)
 			return
 		}
 		if time.Since(start) >= w.retryLimit {
-			w.abandonUnpublished(ctx, m, call, l, err)
+			d.abandonUnpublished(err)
 			return
 		}
-		w.log.WarnContext(ctx, "cannot publish result; retrying", "call_id", call.CallID, "attempt", attempt, "retry_in", delay.String(), "error", err)
+		w.log.WarnContext(ctx, "cannot publish result; retrying", "call_id", d.call.CallID, "attempt", attempt, "retry_in", delay.String(), "error", err)
 		sleepOrDone(w.execBase, l, delay)
 		delay = min(delay*2, 5*time.Second)
 	}
-	w.completed(ctx, m, call, o, l)
+	d.complete(o)
 }
 
-// finish answers a call that was never run (refused before execution, or
-// malformed): publish the result, audit and ack. A
-// publish failure hands the call back with backoff (at most MaxDeliver
-// times), one that retrying cannot cure dead-letters it at once. ctx
-// carries the call's consumer span.
-func (w *Worker) finish(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome) {
-	err := w.publish(ctx, m, call, &o)
+// answerWithoutRunning answers a call that was never run (refused before
+// execution, or malformed): publish the result, audit and ack. A publish
+// failure hands the call back with backoff (at most MaxDeliver times), one
+// that retrying cannot cure dead-letters it at once.
+func (d *delivery) answerWithoutRunning(o outcome) {
+	w, ctx := d.w, d.ctx
+	err := d.publish(ctx, &o)
 	if errors.Is(err, bus.ErrSubjectTaken) {
-		w.lostRace(ctx, m, call)
+		d.lostRace()
 		return
 	}
 	if err != nil {
 		reason, permanent := w.publishFault(err, w.names.ResultsStream())
 		w.obs.publishFailed(ctx, "result", reason)
 		if permanent {
-			w.undeliverable(ctx, m, call, o, err)
+			d.undeliverable(o, err)
 			return
 		}
-		w.retryLater(m, call, err)
+		w.retryLater(d.m, &d.call, err)
 		setOutcome(ctx, "retry")
 		return
 	}
-	w.completed(ctx, m, call, o, nil)
+	d.complete(o)
 }
 
 // publish stamps the result with this worker and the delivery count and
 // publishes it; o.result and o.bytes become what was published (a result
-// too large for the message limit is replaced, see publishResult).
-func (w *Worker) publish(ctx context.Context, m *bus.Msg, call *protocol.Call, o *outcome) (err error) {
-	o.result.WorkerID = w.cfg.WorkerID
-	o.result.Deliveries = int(m.Deliveries)
-	o.bytes, err = w.publishResult(ctx, call.PersonalityID, call.CallID, &o.result, m.Header)
+// too large for the message limit is replaced, see publishResult). ctx is
+// the call's context, or one that ends it earlier.
+func (d *delivery) publish(ctx context.Context, o *outcome) (err error) {
+	o.result.WorkerID = d.w.cfg.WorkerID
+	o.result.Deliveries = int(d.m.Deliveries)
+	o.bytes, err = d.w.publishResult(ctx, d.call.PersonalityID, d.call.CallID, &o.result, d.m.Header)
 	return err
 }
 
-// completed finishes a call whose result is stored: it writes the call's
+// complete finishes a call whose result is stored: it writes the call's
 // audit record and, once that is stored, acks the call (without waiting:
-// the stored result answers a redelivery), releases its lease l (nil for a
-// call without one), records it in the metrics and its span, and logs its
-// outcome (with the trace id of ctx's span). An audit record that cannot
-// be stored leaves the call unacknowledged for a redelivery, which finds
-// the result and writes the record then (answeredBefore).
-func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome, l *lease) {
-	if err := w.audit(ctx, call, o, int(m.Deliveries)); err != nil {
-		w.retryLater(m, call, fmt.Errorf("write audit record: %w", err))
+// the stored result answers a redelivery), releases its lease, records it
+// in the metrics and its span, and logs its outcome (with the trace id of
+// the call's span). An audit record that cannot be stored leaves the call
+// unacknowledged for a redelivery, which finds the result and writes the
+// record then (answeredBefore).
+func (d *delivery) complete(o outcome) {
+	w, ctx, call := d.w, d.ctx, &d.call
+	if err := w.audit(ctx, call, o, int(d.m.Deliveries)); err != nil {
+		w.retryLater(d.m, call, fmt.Errorf("write audit record: %w", err))
 	} else {
-		w.ack(m, call.CallID)
+		w.ack(d.m, call.CallID)
 	}
-	l.release()
+	d.lease.release()
 	w.recordAnswer(ctx, call, o)
 	lvl := slog.LevelInfo
 	if !o.result.OK {
@@ -346,16 +380,16 @@ func (w *Worker) completed(ctx context.Context, m *bus.Msg, call *protocol.Call,
 	}
 	w.log.Log(ctx, lvl, "call finished", "call_id", call.CallID, "tool", call.Tool,
 		"ok", o.result.OK, "code", string(o.result.Code), "decision", o.decision,
-		"duration_ms", o.result.DurationMS, "deliveries", m.Deliveries)
+		"duration_ms", o.result.DurationMS, "deliveries", d.m.Deliveries)
 }
 
 // lostRace acks a call whose result another run stored first, without
 // publishing this run's result; its audit record was written by the run
 // that won.
-func (w *Worker) lostRace(ctx context.Context, m *bus.Msg, call *protocol.Call) {
-	w.ack(m, call.CallID)
-	setOutcome(ctx, "duplicate")
-	w.log.InfoContext(ctx, "result not published: another run of the call stored its result first", "call_id", call.CallID, "tool", call.Tool)
+func (d *delivery) lostRace() {
+	d.w.ack(d.m, d.call.CallID)
+	setOutcome(d.ctx, "duplicate")
+	d.w.log.InfoContext(d.ctx, "result not published: another run of the call stored its result first", "call_id", d.call.CallID, "tool", d.call.Tool)
 }
 
 // header returns the headers of a message caused by a call: the protocol

@@ -20,7 +20,8 @@ const invalidToolToken = "_invalid"
 // rejectMalformed dead-letters a call that cannot be decoded (or whose
 // subject is malformed) and, when its call_id is readable, answers it with
 // input_invalid naming the bad field.
-func (w *Worker) rejectMalformed(ctx context.Context, m *bus.Msg, tokens protocol.CallTokens, de *protocol.DecodeError, cause error) {
+func (d *delivery) rejectMalformed(tokens protocol.CallTokens, de *protocol.DecodeError, cause error) {
+	w, ctx, m := d.w, d.ctx, d.m
 	subjectTool := tokens.Tool
 	toolTok := subjectTool
 	if !protocol.ValidToken(toolTok) {
@@ -45,7 +46,8 @@ func (w *Worker) rejectMalformed(ctx context.Context, m *bus.Msg, tokens protoco
 	bad := protocol.Call{CallID: callID, Tool: subjectTool, PersonalityID: tokens.Personality}
 	if de != nil && !de.Undecodable() && subjectTool != "" {
 		bad.BatchID = de.BatchID
-		w.finish(ctx, m, &bad, refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()))
+		d.call = bad
+		d.answerWithoutRunning(refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()))
 		return
 	}
 	w.ack(m, callID)

@@ -11,7 +11,16 @@
 // fetches at most as many calls as there are free slots and hands each to a
 // handler.
 //
-// handle (call.go) owns one delivery from decode to ack:
+// Each delivered message becomes a delivery (call.go): the message, the
+// decoded call, the call's span, and what the handler acquires for it (its
+// in-flight entry, its lease). Its methods are the steps below, each verb
+// with one meaning: handle is a delivery's whole life; process is the
+// pipeline (admit: the gates; run: dry run, or execute, then shape);
+// execute is the tool itself under its timeout; deliver publishes a
+// computed result (with retries); answerWithoutRunning publishes a
+// refusal; complete audits and acks. delivery.handle, through the one
+// switch at its end and its early returns, decides what becomes of the
+// delivery.
 //
 //  1. Decode the subject and the body; a malformed call is answered and
 //     dead-lettered (rejectMalformed). The subject's personality decides;
@@ -34,7 +43,7 @@
 //     (lostRace acks a run that lost). A publish that may succeed later is
 //     retried for ResultRetryLimit; one that never can dead-letters the
 //     call (publish.go).
-//  7. completed writes the audit record (audit.go: records are stored in
+//  7. complete writes the audit record (audit.go: records are stored in
 //     batches by group commit) and, once it is stored, acks the call
 //     without waiting for the server, and releases the lease.
 //

@@ -31,7 +31,8 @@ type admission struct {
 // child span of the call's consumer span (carried by ctx): policy, then
 // execute_tool <tool> (with the tool's secret resolutions, HTTP requests and
 // processes below it) and reduce.
-func (w *Worker) process(ctx context.Context, call *protocol.Call, r *running) outcome {
+func (d *delivery) process() outcome {
+	w, ctx, call, r := d.w, d.ctx, &d.call, d.run
 	pctx, policy := w.phase(ctx, "policy")
 	var a admission
 	o := w.admit(pctx, call, r, &a)

@@ -147,7 +147,8 @@ func (w *Worker) publishFault(err error, stream string) (reason string, permanen
 // letter cannot be published either, the call's redelivery is stopped
 // (retrying cannot cure that) or, for a fault that may pass, asked for
 // later.
-func (w *Worker) undeliverable(ctx context.Context, m *bus.Msg, call *protocol.Call, o outcome, cause error) {
+func (d *delivery) undeliverable(o outcome, cause error) {
+	w, ctx, m, call := d.w, d.ctx, d.m, &d.call
 	reason := capReason("result not publishable: " + cause.Error())
 	if err := w.deadLetter(m, dlqToolToken(call.Tool), reason); err != nil {
 		dreason, permanent := w.publishFault(err, w.names.DLQStream())
@@ -176,7 +177,8 @@ func (w *Worker) undeliverable(ctx context.Context, m *bus.Msg, call *protocol.C
 // bus is still down), the call is handed back with backoff: a later
 // delivery runs it again, and after MaxDeliver deliveries the advisory's
 // handler abandons it.
-func (w *Worker) abandonUnpublished(ctx context.Context, m *bus.Msg, call *protocol.Call, l *lease, cause error) {
+func (d *delivery) abandonUnpublished(cause error) {
+	w, ctx, m, call := d.w, d.ctx, d.m, &d.call
 	reason := capReason(fmt.Sprintf("result not published within %s: %v", w.retryLimit, cause))
 	if err := w.deadLetter(m, dlqToolToken(call.Tool), reason); err != nil {
 		dreason, _ := w.publishFault(err, w.names.DLQStream())
@@ -187,14 +189,14 @@ func (w *Worker) abandonUnpublished(ctx context.Context, m *bus.Msg, call *proto
 	}
 	o := refuse(call, protocol.DecisionAbandoned, protocol.CodeExecutionFailed,
 		fmt.Sprintf("call abandoned after %d deliveries: %s", max(m.Deliveries, 1), reason))
-	if err := w.publish(ctx, m, call, &o); err != nil {
+	if err := d.publish(ctx, &o); err != nil {
 		// The dead letter holds the call; its caller's wait ends with
 		// "Tool result missing".
 		rreason, _ := w.publishFault(err, w.names.ResultsStream())
 		w.obs.publishFailed(ctx, "result", rreason)
 		w.log.WarnContext(ctx, "abandonment result not published", "call_id", call.CallID, "error", err)
 	}
-	w.completed(ctx, m, call, o, l)
+	d.complete(o)
 }
 
 // failed is o with its result replaced by the execution_failed result
