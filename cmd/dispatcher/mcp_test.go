@@ -261,6 +261,8 @@ func TestMCPAgainstTheTypeScriptSDK(t *testing.T) {
 				require.NotContains(t, denied.text(t), frontdoortest.BetaSecret)
 			}
 			require.NotContains(t, string(out[7].Result), frontdoortest.BetaSecret)
+			require.NoError(t, pool.Conn.Flush(ctxT(t)))
+			require.Zero(t, rec.count(frontdoortest.BetaOnly, frontdoortest.Alpha), "alpha's attempt never reached the pool")
 		})
 	}
 
@@ -520,6 +522,19 @@ func recordCalls(t *testing.T, pool *frontdoortest.Pool) *callRecorder {
 	t.Cleanup(func() { _ = sub.Stop() })
 	require.NoError(t, pool.Conn.Flush(ctxT(t)))
 	return rec
+}
+
+// count returns how many recorded calls are of tool under personality.
+func (r *callRecorder) count(tool, personality string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.calls {
+		if c.Tool == tool && c.PersonalityID == personality {
+			n++
+		}
+	}
+	return n
 }
 
 // result returns the result of the one recorded call whose arguments

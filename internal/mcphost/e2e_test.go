@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -523,6 +525,20 @@ func TestServerDownLeavesTheWorkerReady(t *testing.T) {
 	rd := w.Readiness(ctxT(t))
 	require.Equal(t, "ready", rd.Status)
 	require.Equal(t, "secret_env.X_TOKEN: secret not found", servers()["rogue"].Reason)
+	// The /readyz body names the server that is down, and why.
+	rr := httptest.NewRecorder()
+	w.Handler().ServeHTTP(rr, httptest.NewRequestWithContext(ctxT(t), http.MethodGet, "/readyz", nil))
+	require.Equal(t, http.StatusOK, rr.Code, "a down server never makes the worker unready: %s", rr.Body)
+	var body struct {
+		Details struct {
+			MCPServers map[string]map[string]any `json:"mcp_servers"`
+		} `json:"details"`
+	}
+	require.NoError(t, json.Unmarshal(rr.Body.Bytes(), &body))
+	require.Equal(t, "down", body.Details.MCPServers["rogue"]["state"], "%s", rr.Body)
+	require.Equal(t, "secret_env.X_TOKEN: secret not found", body.Details.MCPServers["rogue"]["reason"])
+	require.NotEmpty(t, body.Details.MCPServers["rogue"]["next_start"])
+	require.NotContains(t, rr.Body.String(), "token-value-1")
 	res = call("mcp__rogue__env", map[string]any{"name": "X_TOKEN"})
 	require.Equal(t, protocol.CodeNotAvailable, res.Code)
 	require.Equal(t, "MCP server rogue is not available: secret_env.X_TOKEN: secret not found", res.Error)

@@ -13,8 +13,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/capstanhq/capstan/internal/secrets"
+	"github.com/capstanhq/capstan/internal/telemetry/telemetrytest"
 	"github.com/capstanhq/capstan/tool"
 )
 
@@ -245,7 +249,103 @@ func TestHostedToolDeclaration(t *testing.T) {
 		Process: &tool.Process{AllowedBinaries: []string{rogue(t)}},
 	}, tl.Capabilities)
 	require.JSONEq(t, `{"type":"object","required":["path"],"properties":{"path":{"type":"string","description":"file to read"}},"additionalProperties":false}`, string(tl.Schema))
-	require.Equal(t, 7, th.status("rogue").Tools)
+	require.Equal(t, 9, th.status("rogue").Tools)
 	require.Equal(t, "stdio", th.status("rogue").Transport)
 	require.NotZero(t, th.status("rogue").PID)
+}
+
+// A server's stderr is logged up to StderrMax bytes per start, then once
+// "cap reached", and the rest is read and dropped: a server writing far more
+// than a pipe holds never blocks, and a new start has the whole cap again.
+func TestStderrIsCappedPerStart(t *testing.T) {
+	t.Parallel()
+	th := startHost(t, Config{StderrMax: 1000}, rogueDef(t, "rogue"))
+	first := th.waitState("rogue", StateUp)
+	xs := strings.Repeat("x", 99) // the rogue server's stderr lines: 100 bytes with the newline
+	logged := func() int { return strings.Count(th.logs.String(), xs) }
+	const capReached = "MCP server stderr cap reached"
+
+	res, _, err := th.call(ctxT(t), "mcp__rogue__stderr", `{"bytes":1048576}`)
+	require.NoError(t, err)
+	require.True(t, res.OK, "a megabyte of stderr does not block the server: %+v", res)
+	require.Eventually(t, func() bool { return strings.Contains(th.logs.String(), capReached) }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 10, logged(), "exactly the lines that fit in 1000 bytes")
+	res, _, err = th.call(ctxT(t), "mcp__rogue__env", `{"name":"HOME"}`)
+	require.NoError(t, err)
+	require.True(t, res.OK, "the server still serves: %+v", res)
+
+	// A new start logs again, up to the cap.
+	_, _, err = th.call(ctxT(t), "mcp__rogue__crash", `{}`)
+	require.ErrorIs(t, err, tool.ErrUnavailable)
+	require.Eventually(t, func() bool {
+		st := th.status("rogue")
+		return st.State == StateUp && st.PID != first.PID
+	}, 30*time.Second, 10*time.Millisecond)
+	res, _, err = th.call(ctxT(t), "mcp__rogue__stderr", `{"bytes":1000}`)
+	require.NoError(t, err)
+	require.True(t, res.OK, "%+v", res)
+	require.Eventually(t, func() bool { return logged() == 20 }, 10*time.Second, 10*time.Millisecond, "ten more lines after the restart")
+	require.Equal(t, 1, strings.Count(th.logs.String(), capReached), "1000 bytes fit in the new start's cap")
+	require.Equal(t, 20, logged())
+}
+
+// The client spans of a stdio server follow the OTel MCP conventions:
+// network.transport pipe, no session id (stdio has none), and error.type
+// tool_error for a result with isError, which becomes execution_failed with
+// the server's text.
+func TestStdioSpansAndToolErrors(t *testing.T) {
+	t.Parallel()
+	tp, rec := telemetrytest.Tracing(t)
+	th := startHost(t, Config{TracerProvider: tp}, rogueDef(t, "rogue"))
+	th.waitState("rogue", StateUp)
+
+	ctx, parent := tp.Tracer("test").Start(ctxT(t), "execute_tool mcp__rogue__env")
+	res, _, err := th.call(ctx, "mcp__rogue__env", `{"name":"HOME"}`)
+	require.NoError(t, err)
+	require.True(t, res.OK, "%+v", res)
+	res, _, err = th.call(ctx, "mcp__rogue__fail", `{}`)
+	require.NoError(t, err)
+	require.Equal(t, tool.Fail(tool.CodeExecutionFailed, "failing on request"), res)
+	parent.End()
+
+	spans := map[string][]attribute.KeyValue{}
+	for _, s := range rec.Ended() {
+		spans[s.Name()] = s.Attributes()
+		switch s.Name() {
+		case "tools/call env", "tools/call fail":
+			require.Equal(t, parent.SpanContext().SpanID(), s.Parent().SpanID(), "a child of the call's span")
+			require.Equal(t, trace.SpanKindClient, s.SpanKind())
+		}
+		if s.Name() == "tools/call fail" {
+			require.Equal(t, codes.Error, s.Status().Code)
+		}
+	}
+	opening := "initialize" // the session's first request: server/discover from protocol 2026-07-28 on
+	if _, ok := spans["server/discover"]; ok {
+		opening = "server/discover"
+	}
+	for _, name := range []string{opening, "tools/list", "tools/call env", "tools/call fail"} {
+		require.Contains(t, spans, name)
+		attrs := attribute.NewSet(spans[name]...)
+		method, _, _ := strings.Cut(name, " ")
+		for k, want := range map[attribute.Key]string{"mcp.method.name": method, "network.transport": "pipe"} {
+			v, ok := attrs.Value(k)
+			require.True(t, ok, "%s: attribute %s", name, k)
+			require.Equal(t, want, v.AsString(), "%s: attribute %s", name, k)
+		}
+		_, ok := attrs.Value("mcp.session.id")
+		require.False(t, ok, "%s: stdio has no session id", name)
+	}
+	for name, want := range map[string]string{"tools/call env": "env", "tools/call fail": "fail"} {
+		attrs := attribute.NewSet(spans[name]...)
+		v, _ := attrs.Value("gen_ai.tool.name")
+		require.Equal(t, want, v.AsString())
+		v, _ = attrs.Value("mcp.protocol.version")
+		require.NotEmpty(t, v.AsString())
+	}
+	okAttrs, failAttrs := attribute.NewSet(spans["tools/call env"]...), attribute.NewSet(spans["tools/call fail"]...)
+	_, ok := okAttrs.Value("error.type")
+	require.False(t, ok, "an ok call has no error.type")
+	v, _ := failAttrs.Value("error.type")
+	require.Equal(t, "tool_error", v.AsString())
 }

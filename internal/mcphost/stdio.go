@@ -149,23 +149,26 @@ func exitReason(res *tool.ProcessResult, err error, childCtx context.Context, ta
 }
 
 // captureStderr logs the child's stderr line by line, secret values
-// redacted, until StderrMax bytes of this start were logged; the rest is
-// read and dropped (a child must never block on a full pipe). The last
-// non-empty line is kept in tail for the exit reason.
+// redacted, as long as the lines of this start fit in StderrMax bytes (each
+// counted with its newline); from the first line that does not fit, the
+// rest is read and dropped (a child must never block on a full pipe). The
+// last non-empty line is kept in tail for the exit reason.
 func (s *server) captureStderr(r io.Reader, values []string, tail *lastLine) {
 	br := bufio.NewReaderSize(r, maxStderrLine)
-	budget := s.h.cfg.StderrMax
+	budget, capped := s.h.cfg.StderrMax, false
 	for {
 		line, err := readLine(br)
 		if line != "" {
 			text := shape.Redact(line, values)
 			tail.set(text)
-			if budget > 0 {
+			switch n := len(line) + 1; {
+			case capped:
+			case n <= budget:
 				s.log.Info("MCP server stderr", "line", text)
-				budget -= len(line) + 1
-				if budget <= 0 {
-					s.log.Warn("MCP server stderr cap reached; the rest of its stderr until the next start is dropped", "cap_bytes", s.h.cfg.StderrMax)
-				}
+				budget -= n
+			default:
+				capped = true
+				s.log.Warn("MCP server stderr cap reached; the rest of its stderr until the next start is dropped", "cap_bytes", s.h.cfg.StderrMax)
 			}
 		}
 		if err != nil {

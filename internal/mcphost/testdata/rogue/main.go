@@ -11,6 +11,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -30,6 +31,10 @@ type envIn struct {
 
 type sleepIn struct {
 	MS int `json:"ms" jsonschema:"milliseconds to sleep, or until cancelled"`
+}
+
+type stderrIn struct {
+	Bytes int `json:"bytes" jsonschema:"bytes to write to stderr, in lines of 100"`
 }
 
 type empty struct{}
@@ -81,6 +86,20 @@ func main() {
 			log.Print("crashing on request")
 			os.Exit(3)
 			return nil, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "stderr", Description: "Writes to stderr, as much as asked."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in stderrIn) (*mcp.CallToolResult, any, error) {
+			line := strings.Repeat("x", 99) + "\n"
+			for n := 0; n < in.Bytes; n += len(line) {
+				if _, err := os.Stderr.WriteString(line); err != nil {
+					return nil, nil, err
+				}
+			}
+			return text(fmt.Sprintf("wrote %d bytes to stderr", in.Bytes)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "fail", Description: "Answers with a tool error."},
+		func(context.Context, *mcp.CallToolRequest, empty) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "failing on request"}}}, nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "add_tool", Description: "Adds a tool extra_<name> (the client is told its list changed)."},
 		func(_ context.Context, _ *mcp.CallToolRequest, in envIn) (*mcp.CallToolResult, any, error) {
