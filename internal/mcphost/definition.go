@@ -65,7 +65,7 @@ func (d *Definition) Stdio() bool { return len(d.Command) > 0 }
 // Capabilities returns the server's declaration as a tool declaration: the
 // capabilities every one of its tools is hosted with, checked against a
 // personality like any tool's. A stdio server's process list holds its
-// command's binary first.
+// command's binary first, and its secrets_raw the refs of secret_env.
 func (d *Definition) Capabilities() tool.Capabilities {
 	var c tool.Capabilities
 	if len(d.Network) > 0 {
@@ -90,6 +90,15 @@ func (d *Definition) Capabilities() tool.Capabilities {
 		c.Process = &tool.Process{AllowedBinaries: bins}
 	}
 	c.Secrets = slices.Clone(d.Secrets)
+	// A stdio server gets secret_env values in its environment: raw values,
+	// not injected at egress, so they are declared as such (security.md
+	// section 4) and dispatcher explain lists them under raw secrets.
+	for _, ref := range d.SecretEnv {
+		if !slices.Contains(c.SecretsRaw, ref) {
+			c.SecretsRaw = append(c.SecretsRaw, ref)
+		}
+	}
+	slices.Sort(c.SecretsRaw)
 	return c
 }
 

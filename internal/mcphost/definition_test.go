@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/explain"
 	"github.com/capstanhq/capstan/tool"
 )
 
@@ -40,8 +42,10 @@ timeout: 60s
 	require.Equal(t, tool.Capabilities{
 		Network: &tool.Network{AllowedHosts: []string{"api.github.com"}},
 		Secrets: []string{"providers/github/*"},
-		FSReach: &tool.FSReach{Read: tool.Paths("/srv/data")},
-		Process: &tool.Process{AllowedBinaries: []string{"npx", "node"}},
+		// secret_env values reach the server raw: declared as such.
+		SecretsRaw: []string{"providers/github/token"},
+		FSReach:    &tool.FSReach{Read: tool.Paths("/srv/data")},
+		Process:    &tool.Process{AllowedBinaries: []string{"npx", "node"}},
 	}, d.Capabilities())
 	require.NoError(t, d.Capabilities().Validate())
 	require.Equal(t, []string{"providers/github/token"}, d.secretRefs())
@@ -61,6 +65,7 @@ capabilities: {network: ['*.example.com'], secrets: ['providers/x/token', 'teams
 	require.Equal(t, tool.AudienceUser, d.ProgressAudience)
 	require.Equal(t, 90*time.Second, d.Timeout, "the call timeout by default")
 	require.Nil(t, d.Capabilities().Process, "a url server starts no process")
+	require.Empty(t, d.Capabilities().SecretsRaw, "a url server is sent its secrets in headers, never given them raw")
 	require.Equal(t, []string{"providers/x/token", "teams/a", "teams/b"}, d.secretRefs())
 
 	d, probs = Parse([]byte(`{"name": "e", "command": ["/opt/e/bin/server"], "untrusted": false, "progress_audience": "dashboard", "timeout": "5s"}`), time.Minute)
@@ -207,4 +212,35 @@ func TestExampleDefinitions(t *testing.T) {
 	require.Len(t, defs, 2)
 	require.Equal(t, "fs", defs[0].Name)
 	require.Equal(t, "github", defs[1].Name)
+}
+
+// TestSecretEnvIsExplainedAsRaw: a stdio server's secret_env values reach
+// its process raw, not through injection at egress, so dispatcher explain
+// lists their refs under raw secrets for every hosted tool of the server
+// (security.md section 4); a url server's secret_headers refs are not raw.
+func TestSecretEnvIsExplainedAsRaw(t *testing.T) {
+	t.Parallel()
+	p, err := capability.Parse([]byte(`id: dev
+toolset: [mcp]
+mcp_servers: [gh, remote]
+safety: {network: {allow: [api.github.com, mcp.example.com]}}
+secrets: {allow: ["providers/*"], send_to: {"providers/x/*": [mcp.example.com]}}
+process: {allow: [gh-mcp]}
+`), capability.Env{Home: "/home/agent"})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name, doc string
+		raw       []string
+	}{
+		{"gh", "name: gh\ncommand: [gh-mcp]\nsecret_env: {GITHUB_TOKEN: providers/github/token}\n" +
+			"capabilities: {network: [api.github.com], secrets: ['providers/github/*']}", []string{"providers/github/token"}},
+		{"remote", "name: remote\nurl: https://mcp.example.com/mcp\nsecret_headers: {Authorization: 'Bearer {{providers/x/token}}'}\n" +
+			"capabilities: {network: [mcp.example.com], secrets: ['providers/x/token']}", []string{}},
+	} {
+		d, probs := Parse([]byte(tc.doc), time.Minute)
+		require.Empty(t, probs, tc.name)
+		e := explain.Tool(&tool.Tool{Name: "mcp__" + tc.name + "__search", Toolset: "mcp", Capabilities: d.Capabilities()}, "", p)
+		require.True(t, e.Allowed, "%s: %s", tc.name, e.Message)
+		require.Equal(t, tc.raw, e.Grant.Secrets.Raw, tc.name)
+	}
 }
