@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/scoped/fetch"
 	"github.com/capstanhq/capstan/tool"
 	"sigs.k8s.io/yaml"
 )
@@ -109,14 +110,7 @@ func (d *Definition) secretRefs() []string {
 	for _, ref := range d.SecretEnv {
 		refs = append(refs, ref)
 	}
-	for _, tmpl := range d.SecretHeaders {
-		parts, _ := parseTemplate(tmpl)
-		for _, p := range parts {
-			if p.ref != "" {
-				refs = append(refs, p.ref)
-			}
-		}
-	}
+	refs = append(refs, d.headerRefs()...)
 	slices.Sort(refs)
 	return slices.Compact(refs)
 }
@@ -401,6 +395,9 @@ func (p *parser) envs(doc map[string]any, d *Definition) {
 		p.ref(d, "secret_env."+name, d.SecretEnv[name])
 	}
 	for _, name := range slices.Sorted(maps.Keys(d.SecretHeaders)) {
+		if len(d.Command) > 0 {
+			break // refused as a whole above
+		}
 		key := "secret_headers." + name
 		if !validHeaderName(name) {
 			p.addf("secret_headers", "invalid header name %q", name)
@@ -410,15 +407,16 @@ func (p *parser) envs(doc map[string]any, d *Definition) {
 			p.addf(key, "is set by the MCP transport and cannot be configured")
 			continue
 		}
-		parts, err := parseTemplate(d.SecretHeaders[name])
-		if err != nil {
+		// The fetch accessor's check of an operator's secret header (it
+		// injects them): a header the HTTP transport sets itself, a
+		// template that does not parse or an invalid ref is refused here.
+		if err := fetch.ValidateSecretHeader(name, d.SecretHeaders[name]); err != nil {
 			p.addf(key, "%v", err)
 			continue
 		}
-		for _, part := range parts {
-			if part.ref != "" {
-				p.ref(d, key, part.ref)
-			}
+		t, _ := capability.ParseSecretTemplate(d.SecretHeaders[name])
+		for _, ref := range t.Refs() {
+			p.ref(d, key, ref)
 		}
 	}
 }

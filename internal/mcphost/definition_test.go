@@ -56,7 +56,7 @@ func TestParseDefaultsAndURL(t *testing.T) {
 	d, probs := Parse([]byte(`
 name: remote-1
 url: https://mcp.example.com/mcp
-secret_headers: {Authorization: "Bearer {{providers/x/token}}", X-Team: "{{ teams/a }}-{{teams/b}}"}
+secret_headers: {Authorization: "Bearer {{providers/x/token}}", X-Team: "{{teams/a}}-{{teams/b}}"}
 capabilities: {network: ['*.example.com'], secrets: ['providers/x/token', 'teams/*']}
 `), 90*time.Second)
 	require.Empty(t, probs)
@@ -118,8 +118,11 @@ func TestParseProblems(t *testing.T) {
 			[]string{"env.LD_PRELOAD: LD_PRELOAD may not be set for a child process", "secret_env.dyld_x: dyld_x may not be set"}},
 		{"variable twice", "name: a\ncommand: [x]\nenv: {T: a}\nsecret_env: {T: a}\ncapabilities: {secrets: [a]}", []string{"secret_env.T: is also set in env"}},
 		{"env not strings", "name: a\ncommand: [x]\nenv: {A: 1}", []string{"env.A: must be a string"}},
-		{"header template", "name: a\nurl: https://a.example/mcp\nsecret_headers: {X-A: 'Bearer {{a', X-B: '{{}}', Host: x, 'bad name': x}\ncapabilities: {network: [a.example], secrets: [a]}",
-			[]string{"secret_headers.Host: is set by the MCP transport", "secret_headers.X-A: unterminated {{", "secret_headers.X-B: empty {{}}", `secret_headers: invalid header name "bad name"`}},
+		{"header template", "name: a\nurl: https://a.example/mcp\nsecret_headers: {X-A: 'Bearer {{a', X-B: '{{}}', X-C: '{{ a }}', Host: x, Upgrade: '{{a}}', 'bad name': x}\ncapabilities: {network: [a.example], secrets: [a]}",
+			[]string{"secret_headers.Host: is set by the MCP transport", "secret_headers.Upgrade: the transport sets this header itself",
+				`secret_headers.X-A: invalid template: "{{" at byte 7 has no closing "}}"`,
+				"secret_headers.X-B: invalid template: placeholder 1 is empty", "secret_headers.X-C: invalid template: placeholder 1 has spaces around its ref",
+				`secret_headers: invalid header name "bad name"`}},
 		{"bad audience and flags", "name: a\ncommand: [x]\nuntrusted: 'no'\nprogress_audience: everyone",
 			[]string{"untrusted: must be true or false", `progress_audience: "everyone" must be user, internal or dashboard`}},
 		{"timeout too long", "name: a\ncommand: [x]\ntimeout: 2m", []string{"timeout: 2m must be at most CAPSTAN_CALL_TIMEOUT (1m0s)"}},
@@ -174,18 +177,6 @@ func TestLoadDirNamesEveryFileAndProblem(t *testing.T) {
 
 	_, err = LoadDir(filepath.Join(dir, "missing"), time.Minute)
 	require.ErrorContains(t, err, "CAPSTAN_MCP_SERVERS_DIR: open ")
-}
-
-func TestParseTemplate(t *testing.T) {
-	t.Parallel()
-	parts, err := parseTemplate("Bearer {{ a/b }} and {{c}}")
-	require.NoError(t, err)
-	require.Equal(t, []templatePart{{text: "Bearer "}, {ref: "a/b"}, {text: " and "}, {ref: "c"}}, parts)
-	parts, err = parseTemplate("plain")
-	require.NoError(t, err)
-	require.Equal(t, []templatePart{{text: "plain"}}, parts)
-	_, err = parseTemplate("x {{a")
-	require.ErrorContains(t, err, "unterminated")
 }
 
 func FuzzParse(f *testing.F) {
