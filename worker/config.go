@@ -120,6 +120,10 @@ type Config struct {
 	// MeterProvider makes the worker's metrics (docs/operations.md);
 	// default otel.GetMeterProvider(), a no-op unless the program set one.
 	MeterProvider metric.MeterProvider
+
+	// mcpPrivateURLs lets hosted url servers be reached on loopback: set
+	// only by the tests (export_test.go), never by a program.
+	mcpPrivateURLs bool
 }
 
 // BlobConfig configures which full outputs a worker stores by reference in

@@ -52,8 +52,9 @@ func (w *Worker) loadMCP() error {
 	h, err := mcphost.New(mcphost.Config{
 		Secrets: w.secrets, Process: w.procCfg, Resolver: w.resolver, Logger: w.log,
 		TracerProvider: w.cfg.TracerProvider, WrapTransport: w.httpTransport,
-		OnTools:  w.onMCPTools,
-		OnStatus: func(st map[string]mcphost.Status) { w.SetReadyDetail("mcp_servers", st) },
+		AllowPrivateURLs: w.cfg.mcpPrivateURLs,
+		OnTools:          w.onMCPTools,
+		OnStatus:         func(st map[string]mcphost.Status) { w.SetReadyDetail("mcp_servers", st) },
 	}, defs)
 	if err != nil {
 		return err
@@ -192,6 +193,22 @@ func (w *Worker) mcpUnavailable(name string) string {
 		return ""
 	}
 	return w.mcp.host.Unavailable(name)
+}
+
+// mcpSendTo returns nil unless name is a tool of a hosted url server whose
+// secret_headers the call's secrets grant g may not send to the server's
+// host (mcphost.Host.CheckSendTo): then the denial, such as
+// "SECRET_DESTINATION: this secret may not be sent to <host>", checked
+// before anything of the call is sent to the server. The server's
+// connection, shared by every personality, carries the secrets the
+// operator's definition binds to that host; a call through it is one more
+// request that sends them, so it is held to the calling personality's
+// secrets.send_to as http_request's auth_secret is.
+func (w *Worker) mcpSendTo(name string, g *capability.Grant) error {
+	if w.mcp.host == nil || !strings.HasPrefix(name, "mcp__") {
+		return nil
+	}
+	return w.mcp.host.CheckSendTo(name, g.Secrets)
 }
 
 // validateMCP checks the hosted MCP servers that personality p lists

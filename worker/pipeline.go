@@ -154,7 +154,16 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *running, a adm
 	w.attach(tc, a.grant, rec)
 	w.traceAccessors(tc)
 	start := time.Now()
-	res, cause := w.execute(ectx, h, call, tc, r)
+	var res tool.Result
+	cause := w.mcpSendTo(h.Name, a.grant)
+	if cause != nil {
+		// A hosted url server's secrets may not go to its host for this
+		// personality: refused, as the fetch accessor refuses a request,
+		// before anything is sent.
+		rec.add(cause)
+	} else {
+		res, cause = w.execute(ectx, h, call, tc, r)
+	}
 	switch {
 	case errors.Is(cause, errShutdown):
 		exec.SetAttributes(semconv.ErrorTypeKey.String("shutdown"))

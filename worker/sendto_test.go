@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -261,4 +264,53 @@ func TestSecretsRawInCatalogAndPipeline(t *testing.T) {
 	r = e.result("sig2", "sig2")
 	require.Equal(t, "SECRET_DESTINATION: this secret may not be sent to 127.0.0.1:"+srv.port, r.Error)
 	require.Empty(t, srv.seen(), "the server saw no request")
+}
+
+// TestInjectedSecretEchoedInEncodingsIsRedacted is the third attack of
+// issue 19 end to end: http_request sends a secret by auth_secret to a
+// bound server that echoes the Authorization header back in base64, hex,
+// reversed, letter-spaced and URL-encoded. Before the fix only the literal
+// value came back redacted; now no form of the secret leaves the worker, in
+// the result, the audit record or a span.
+func TestInjectedSecretEchoedInEncodingsIsRedacted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Get("Authorization")
+		rev := []byte(h)
+		slices.Reverse(rev)
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintf(w, "b64 %s | hex %s | rev %s | spaced %s | url %s",
+			base64.StdEncoding.EncodeToString([]byte(h)), hex.EncodeToString([]byte(h)), rev,
+			strings.Join(strings.Split(h, ""), " "), url.QueryEscape(h))
+	}))
+	t.Cleanup(srv.Close)
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+	e.putPersonality("sender", sendToPersonality("sender", port))
+	wtp, spans := telemetrytest.Tracing(t)
+	e.start(worker.Config{Getenv: func(k string) string { return sendToEnv[k] }, TracerProvider: wtp}, web.HTTPRequest())
+
+	a, err := json.Marshal(map[string]string{"method": "GET", "url": srv.URL + "/echo", "auth_secret": "http/api/token"})
+	require.NoError(t, err)
+	e.call(protocol.Call{CallID: "enc", Tool: web.HTTPRequestName, PersonalityID: "sender", Args: a})
+	r := e.result("enc", "enc")
+	require.True(t, r.OK, r.Error)
+
+	// What must not leave: the characters of the base64 of "Bearer <value>"
+	// that hold only bits of the value, and every other form of the value.
+	header := "Bearer " + sendToValue
+	b64 := base64.StdEncoding.EncodeToString([]byte(header))
+	first, last := 8*len("Bearer ")/6, (8*len(header)+5)/6
+	rev := []byte(sendToValue)
+	slices.Reverse(rev)
+	needles := []string{sendToValue, b64[first+1 : last-1], hex.EncodeToString([]byte(sendToValue)), string(rev),
+		strings.Join(strings.Split(sendToValue, ""), " "), url.QueryEscape(sendToValue)}
+	_, rec := auditOf(t, e, web.HTTPRequestName, "enc")
+	for _, n := range needles {
+		require.NotContains(t, r.Value, n)
+		require.NotContains(t, rec, n)
+	}
+	require.Equal(t, 5, strings.Count(r.Value, "[REDACTED]"), "each form is redacted: %s", r.Value)
+	requireClean(t, spans.Ended(), needles...)
 }

@@ -2,10 +2,12 @@ package explain
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/mcphost"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/tools/builtin"
@@ -273,4 +275,35 @@ rate_limits:
 		}
 	}
 	require.Positive(t, allowed)
+}
+
+// A hosted url server's tool shows, as a grant, the refs of its
+// secret_headers (the definition's capabilities.secrets), the server's
+// host among its network hosts, and the personality's send_to bindings of
+// those refs: what decides whether a call may send them (mcp.md, "Which
+// personality may call them").
+func TestExplainHostedURLServerSecrets(t *testing.T) {
+	t.Parallel()
+	def, probs := mcphost.Parse([]byte(`name: github
+url: https://api.githubcopilot.com/mcp/
+secret_headers: {Authorization: "Bearer {{providers/github/token}}"}
+capabilities: {network: ['api.githubcopilot.com'], secrets: ['providers/github/token']}
+`), time.Minute)
+	require.Empty(t, probs)
+	p := parsePersonality(t, `id: coder
+mcp_servers: [github]
+safety:
+  network:
+    allow: [api.githubcopilot.com]
+secrets:
+  allow: ["providers/github/*"]
+  send_to:
+    "providers/github/*": [api.githubcopilot.com]
+    "http/*": [example.com]
+`)
+	got := Tool(&tool.Tool{Name: "mcp__github__search_code", Toolset: "mcp", Capabilities: def.Capabilities()}, "mcp__github__search_code", p)
+	require.True(t, got.Allowed, "%+v", got)
+	require.Equal(t, []string{"api.githubcopilot.com"}, got.Grant.Network.Hosts)
+	require.Equal(t, &SecretsView{Refs: []string{"providers/github/token"}, Raw: []string{},
+		SendTo: map[string][]string{"providers/github/token": {"api.githubcopilot.com"}}}, got.Grant.Secrets)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/scoped/fetch"
 	"github.com/capstanhq/capstan/tool"
 	"sigs.k8s.io/yaml"
 )
@@ -65,7 +66,7 @@ func (d *Definition) Stdio() bool { return len(d.Command) > 0 }
 // Capabilities returns the server's declaration as a tool declaration: the
 // capabilities every one of its tools is hosted with, checked against a
 // personality like any tool's. A stdio server's process list holds its
-// command's binary first.
+// command's binary first, and its secrets_raw the refs of secret_env.
 func (d *Definition) Capabilities() tool.Capabilities {
 	var c tool.Capabilities
 	if len(d.Network) > 0 {
@@ -90,6 +91,15 @@ func (d *Definition) Capabilities() tool.Capabilities {
 		c.Process = &tool.Process{AllowedBinaries: bins}
 	}
 	c.Secrets = slices.Clone(d.Secrets)
+	// A stdio server gets secret_env values in its environment: raw values,
+	// not injected at egress, so they are declared as such (security.md
+	// section 4) and dispatcher explain lists them under raw secrets.
+	for _, ref := range d.SecretEnv {
+		if !slices.Contains(c.SecretsRaw, ref) {
+			c.SecretsRaw = append(c.SecretsRaw, ref)
+		}
+	}
+	slices.Sort(c.SecretsRaw)
 	return c
 }
 
@@ -100,14 +110,7 @@ func (d *Definition) secretRefs() []string {
 	for _, ref := range d.SecretEnv {
 		refs = append(refs, ref)
 	}
-	for _, tmpl := range d.SecretHeaders {
-		parts, _ := parseTemplate(tmpl)
-		for _, p := range parts {
-			if p.ref != "" {
-				refs = append(refs, p.ref)
-			}
-		}
-	}
+	refs = append(refs, d.headerRefs()...)
 	slices.Sort(refs)
 	return slices.Compact(refs)
 }
@@ -392,6 +395,9 @@ func (p *parser) envs(doc map[string]any, d *Definition) {
 		p.ref(d, "secret_env."+name, d.SecretEnv[name])
 	}
 	for _, name := range slices.Sorted(maps.Keys(d.SecretHeaders)) {
+		if len(d.Command) > 0 {
+			break // refused as a whole above
+		}
 		key := "secret_headers." + name
 		if !validHeaderName(name) {
 			p.addf("secret_headers", "invalid header name %q", name)
@@ -401,15 +407,16 @@ func (p *parser) envs(doc map[string]any, d *Definition) {
 			p.addf(key, "is set by the MCP transport and cannot be configured")
 			continue
 		}
-		parts, err := parseTemplate(d.SecretHeaders[name])
-		if err != nil {
+		// The fetch accessor's check of an operator's secret header (it
+		// injects them): a header the HTTP transport sets itself, a
+		// template that does not parse or an invalid ref is refused here.
+		if err := fetch.ValidateSecretHeader(name, d.SecretHeaders[name]); err != nil {
 			p.addf(key, "%v", err)
 			continue
 		}
-		for _, part := range parts {
-			if part.ref != "" {
-				p.ref(d, key, part.ref)
-			}
+		t, _ := capability.ParseSecretTemplate(d.SecretHeaders[name])
+		for _, ref := range t.Refs() {
+			p.ref(d, key, ref)
 		}
 	}
 }

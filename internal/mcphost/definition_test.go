@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/explain"
 	"github.com/capstanhq/capstan/tool"
 )
 
@@ -40,8 +42,10 @@ timeout: 60s
 	require.Equal(t, tool.Capabilities{
 		Network: &tool.Network{AllowedHosts: []string{"api.github.com"}},
 		Secrets: []string{"providers/github/*"},
-		FSReach: &tool.FSReach{Read: tool.Paths("/srv/data")},
-		Process: &tool.Process{AllowedBinaries: []string{"npx", "node"}},
+		// secret_env values reach the server raw: declared as such.
+		SecretsRaw: []string{"providers/github/token"},
+		FSReach:    &tool.FSReach{Read: tool.Paths("/srv/data")},
+		Process:    &tool.Process{AllowedBinaries: []string{"npx", "node"}},
 	}, d.Capabilities())
 	require.NoError(t, d.Capabilities().Validate())
 	require.Equal(t, []string{"providers/github/token"}, d.secretRefs())
@@ -52,7 +56,7 @@ func TestParseDefaultsAndURL(t *testing.T) {
 	d, probs := Parse([]byte(`
 name: remote-1
 url: https://mcp.example.com/mcp
-secret_headers: {Authorization: "Bearer {{providers/x/token}}", X-Team: "{{ teams/a }}-{{teams/b}}"}
+secret_headers: {Authorization: "Bearer {{providers/x/token}}", X-Team: "{{teams/a}}-{{teams/b}}"}
 capabilities: {network: ['*.example.com'], secrets: ['providers/x/token', 'teams/*']}
 `), 90*time.Second)
 	require.Empty(t, probs)
@@ -61,6 +65,7 @@ capabilities: {network: ['*.example.com'], secrets: ['providers/x/token', 'teams
 	require.Equal(t, tool.AudienceUser, d.ProgressAudience)
 	require.Equal(t, 90*time.Second, d.Timeout, "the call timeout by default")
 	require.Nil(t, d.Capabilities().Process, "a url server starts no process")
+	require.Empty(t, d.Capabilities().SecretsRaw, "a url server is sent its secrets in headers, never given them raw")
 	require.Equal(t, []string{"providers/x/token", "teams/a", "teams/b"}, d.secretRefs())
 
 	d, probs = Parse([]byte(`{"name": "e", "command": ["/opt/e/bin/server"], "untrusted": false, "progress_audience": "dashboard", "timeout": "5s"}`), time.Minute)
@@ -113,8 +118,11 @@ func TestParseProblems(t *testing.T) {
 			[]string{"env.LD_PRELOAD: LD_PRELOAD may not be set for a child process", "secret_env.dyld_x: dyld_x may not be set"}},
 		{"variable twice", "name: a\ncommand: [x]\nenv: {T: a}\nsecret_env: {T: a}\ncapabilities: {secrets: [a]}", []string{"secret_env.T: is also set in env"}},
 		{"env not strings", "name: a\ncommand: [x]\nenv: {A: 1}", []string{"env.A: must be a string"}},
-		{"header template", "name: a\nurl: https://a.example/mcp\nsecret_headers: {X-A: 'Bearer {{a', X-B: '{{}}', Host: x, 'bad name': x}\ncapabilities: {network: [a.example], secrets: [a]}",
-			[]string{"secret_headers.Host: is set by the MCP transport", "secret_headers.X-A: unterminated {{", "secret_headers.X-B: empty {{}}", `secret_headers: invalid header name "bad name"`}},
+		{"header template", "name: a\nurl: https://a.example/mcp\nsecret_headers: {X-A: 'Bearer {{a', X-B: '{{}}', X-C: '{{ a }}', Host: x, Upgrade: '{{a}}', 'bad name': x}\ncapabilities: {network: [a.example], secrets: [a]}",
+			[]string{"secret_headers.Host: is set by the MCP transport", "secret_headers.Upgrade: the transport sets this header itself",
+				`secret_headers.X-A: invalid template: "{{" at byte 7 has no closing "}}"`,
+				"secret_headers.X-B: invalid template: placeholder 1 is empty", "secret_headers.X-C: invalid template: placeholder 1 has spaces around its ref",
+				`secret_headers: invalid header name "bad name"`}},
 		{"bad audience and flags", "name: a\ncommand: [x]\nuntrusted: 'no'\nprogress_audience: everyone",
 			[]string{"untrusted: must be true or false", `progress_audience: "everyone" must be user, internal or dashboard`}},
 		{"timeout too long", "name: a\ncommand: [x]\ntimeout: 2m", []string{"timeout: 2m must be at most CAPSTAN_CALL_TIMEOUT (1m0s)"}},
@@ -171,18 +179,6 @@ func TestLoadDirNamesEveryFileAndProblem(t *testing.T) {
 	require.ErrorContains(t, err, "CAPSTAN_MCP_SERVERS_DIR: open ")
 }
 
-func TestParseTemplate(t *testing.T) {
-	t.Parallel()
-	parts, err := parseTemplate("Bearer {{ a/b }} and {{c}}")
-	require.NoError(t, err)
-	require.Equal(t, []templatePart{{text: "Bearer "}, {ref: "a/b"}, {text: " and "}, {ref: "c"}}, parts)
-	parts, err = parseTemplate("plain")
-	require.NoError(t, err)
-	require.Equal(t, []templatePart{{text: "plain"}}, parts)
-	_, err = parseTemplate("x {{a")
-	require.ErrorContains(t, err, "unterminated")
-}
-
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("name: fs\ncommand: [node, x]\ncapabilities: {fs_reach: {read: [/a]}}\n"))
 	f.Add([]byte("name: r\nurl: https://a.example/mcp\nsecret_headers: {A: '{{x}}'}\ncapabilities: {network: [a.example], secrets: [x]}\n"))
@@ -207,4 +203,35 @@ func TestExampleDefinitions(t *testing.T) {
 	require.Len(t, defs, 2)
 	require.Equal(t, "fs", defs[0].Name)
 	require.Equal(t, "github", defs[1].Name)
+}
+
+// TestSecretEnvIsExplainedAsRaw: a stdio server's secret_env values reach
+// its process raw, not through injection at egress, so dispatcher explain
+// lists their refs under raw secrets for every hosted tool of the server
+// (security.md section 4); a url server's secret_headers refs are not raw.
+func TestSecretEnvIsExplainedAsRaw(t *testing.T) {
+	t.Parallel()
+	p, err := capability.Parse([]byte(`id: dev
+toolset: [mcp]
+mcp_servers: [gh, remote]
+safety: {network: {allow: [api.github.com, mcp.example.com]}}
+secrets: {allow: ["providers/*"], send_to: {"providers/x/*": [mcp.example.com]}}
+process: {allow: [gh-mcp]}
+`), capability.Env{Home: "/home/agent"})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name, doc string
+		raw       []string
+	}{
+		{"gh", "name: gh\ncommand: [gh-mcp]\nsecret_env: {GITHUB_TOKEN: providers/github/token}\n" +
+			"capabilities: {network: [api.github.com], secrets: ['providers/github/*']}", []string{"providers/github/token"}},
+		{"remote", "name: remote\nurl: https://mcp.example.com/mcp\nsecret_headers: {Authorization: 'Bearer {{providers/x/token}}'}\n" +
+			"capabilities: {network: [mcp.example.com], secrets: ['providers/x/token']}", []string{}},
+	} {
+		d, probs := Parse([]byte(tc.doc), time.Minute)
+		require.Empty(t, probs, tc.name)
+		e := explain.Tool(&tool.Tool{Name: "mcp__" + tc.name + "__search", Toolset: "mcp", Capabilities: d.Capabilities()}, "", p)
+		require.True(t, e.Allowed, "%s: %s", tc.name, e.Message)
+		require.Equal(t, tc.raw, e.Grant.Secrets.Raw, tc.name)
+	}
 }

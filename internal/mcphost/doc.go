@@ -19,12 +19,15 @@
 //   - a url server is reached only through the scoped fetch dialer
 //     (internal/scoped/fetch) under the declared hosts: private, loopback
 //     and cloud-metadata addresses are refused after resolution, no proxy
-//     from the environment, no redirects; secret_headers are set on every
-//     request.
+//     from the environment, no redirects; secret_headers are injected at
+//     egress by the fetch accessor's machinery (fetch.Injector), only into
+//     requests for the host of the URL.
 //
 // Since a server serves every personality, a personality may call its tools
 // only when its own policy covers the whole declaration
-// (capability.ValidateTool); that is the worker's business.
+// (capability.ValidateTool), and a url server's tools only when its
+// secrets.send_to binds the refs of secret_headers to the server's host
+// (Host.CheckSendTo); the worker applies both.
 //
 // A server that exits, closes its connection or fails two pings in a row is
 // restarted (at once after a healthy run, with doubling backoff in a crash

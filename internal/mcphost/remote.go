@@ -16,17 +16,24 @@ import (
 )
 
 // errRedirect refuses every redirect of a url server: its endpoint is the
-// declared URL, and secret headers must not follow a redirect elsewhere.
+// declared URL.
 var errRedirect = errors.New("MCP server URLs are not redirected")
 
 // startHTTP connects to a url server with the streamable HTTP transport.
 // Every connection is dialled by the scoped fetch dialer under the grant of
 // the declared network (the allow list, the private-address and
 // cloud-metadata refusals, DNS rebinding), no proxy from the environment is
-// used, redirects are refused, and secret_headers are set on every request.
+// used, redirects are refused, and secret_headers are injected at egress by
+// the fetch accessor's machinery (fetch.Injector), to the host of the URL
+// only: a request to any other host, or following a redirect through one,
+// never carries them.
 func (s *server) startHTTP(_, sctx context.Context) (*conn, error) {
 	d := s.def
 	scheme, _, _, err := capability.CheckURL(d.URL)
+	if err != nil {
+		return nil, err
+	}
+	origin, err := d.endpoint()
 	if err != nil {
 		return nil, err
 	}
@@ -35,11 +42,11 @@ func (s *server) startHTTP(_, sctx context.Context) (*conn, error) {
 		return nil, err
 	}
 	c := newConn()
-	headers, values, err := resolveHeaders(sctx, s.h.cfg.Secrets, d.SecretHeaders)
+	inj, err := d.injector(sctx, origin, s.h.cfg.Secrets)
 	if err != nil {
 		return nil, err
 	}
-	c.values = values
+	c.values = inj.Values()
 	dialer := fetch.NewDialer(g, fetch.Config{LookupIP: s.h.cfg.LookupIP}, s.onDeny)
 	base := &http.Transport{
 		Proxy: nil,
@@ -59,7 +66,7 @@ func (s *server) startHTTP(_, sctx context.Context) (*conn, error) {
 		IdleConnTimeout:     90 * time.Second,
 		MaxIdleConnsPerHost: 8,
 	}
-	var rt http.RoundTripper = headerTransport{next: base, headers: headers}
+	rt := inj.Transport(base)
 	if s.h.cfg.WrapTransport != nil {
 		rt = s.h.cfg.WrapTransport(rt)
 	}

@@ -1,8 +1,10 @@
 package mcphost
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -134,4 +136,75 @@ func TestRemoteServerCall(t *testing.T) {
 		v, ok := attrs.Value(k)
 		require.True(t, ok && v.AsString() != "", "attribute %s", k)
 	}
+}
+
+// A url server's secret_headers go to the host of its URL only: when the
+// server answers a tools/call with a redirect to another host (another
+// port of the same address: the send_to matcher binds host and port), the
+// hop never carries the header; the redirect is not followed at all, and
+// the call fails without the value.
+func TestRemoteSecretHeaderNeverFollowsARedirect(t *testing.T) {
+	t.Parallel()
+	var other struct {
+		sync.Mutex
+		auth []string
+	}
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		other.Lock()
+		other.auth = append(other.auth, r.Header.Get("Authorization"))
+		other.Unlock()
+	}))
+	t.Cleanup(elsewhere.Close)
+
+	s := mcp.NewServer(&mcp.Implementation{Name: "remote", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "whoami"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "not redirected"}}}, nil, nil
+	})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	var mu sync.Mutex
+	var auth []string
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		if bytes.Contains(body, []byte(`"tools/call"`)) {
+			http.Redirect(w, r, elsewhere.URL+"/mcp", http.StatusTemporaryRedirect)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+
+	const token = "tok-redirected-5be0c1"
+	d := remoteDef("remote", ts.URL+"/mcp")
+	d.Network = append(d.Network, elsewhere.Listener.Addr().String()) // the network would allow the hop
+	d.SecretHeaders = map[string]string{"Authorization": "Bearer {{providers/remote/token}}"}
+	d.Secrets = []string{"providers/remote/token"}
+	th := startHost(t, Config{AllowPrivateURLs: true, Secrets: secrets.NewEnv("", func(k string) string {
+		if k == "CAPSTAN_SECRET_PROVIDERS_REMOTE_TOKEN" {
+			return token
+		}
+		return ""
+	})}, d)
+	th.waitState("remote", StateUp)
+
+	res, _, err := th.call(ctxT(t), "mcp__remote__whoami", `{}`)
+	if err == nil {
+		require.False(t, res.OK, "the redirected call cannot succeed: %+v", res)
+		require.NotContains(t, res.Error+res.Value, token)
+	} else {
+		require.NotContains(t, err.Error(), token)
+	}
+	other.Lock()
+	require.Empty(t, other.auth, "no request reached the other host, so no header")
+	other.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, auth)
+	for _, a := range auth {
+		require.Equal(t, "Bearer "+token, a, "the server's own host gets the header on every request")
+	}
+	require.NotContains(t, th.logs.String(), token, "no value logged")
 }

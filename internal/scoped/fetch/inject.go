@@ -18,15 +18,22 @@ import (
 	"github.com/capstanhq/capstan/tool"
 )
 
-// Secrets is what the fetcher needs to inject secret headers
-// (tool.Request.SecretHeaders) for one call: the call's secrets grant and
-// resolver. scopedsecrets.Injection implements it.
-type Secrets interface {
-	// CheckDestination returns nil when the call may send ref to e, or the
+// SecretSource decides where the refs of secret headers may go and
+// resolves them: what injection at egress needs, for one call's fetcher
+// (Secrets) or for a long-lived connection (Injector).
+type SecretSource interface {
+	// CheckDestination returns nil when ref may be sent to e, or the
 	// denial (SECRET_NOT_DECLARED, SECRET_DESTINATION). It resolves nothing.
 	CheckDestination(ref string, e capability.Endpoint) error
 	// Resolve returns the value of ref and records it for redaction.
 	Resolve(ctx context.Context, ref string) (string, error)
+}
+
+// Secrets is what the fetcher needs to inject secret headers
+// (tool.Request.SecretHeaders) for one call: the call's secrets grant and
+// resolver. scopedsecrets.Injection implements it.
+type Secrets interface {
+	SecretSource
 	// CheckCarried returns a SECRET_DESTINATION denial when a value the
 	// call resolved appears in parts (a request's URL, header values and
 	// body) and its ref is not bound to e.
@@ -93,18 +100,25 @@ func injectionFrom(ctx context.Context) *injection {
 	return inj
 }
 
-// prepare builds the secret headers of req for its first target e, in
-// three passes so that nothing is resolved before everything is known to
-// be allowed: the header names and templates (a *tool.SecretHeaderError),
-// then every ref against the grant and send_to (the denial), then the
-// values (a *tool.SecretHeaderError wrapping the resolver's error or
-// tool.ErrSecretValueInvalid). It returns nil when req has no secret
-// headers.
+// prepare builds the secret headers of req for its first target e
+// (prepareInjection with the call's secrets). It returns nil when req has
+// no secret headers.
 func (f *fetcher) prepare(ctx context.Context, req tool.Request, e capability.Endpoint) (*injection, error) {
 	if len(req.SecretHeaders) == 0 {
 		return nil, nil
 	}
-	names := slices.Sorted(maps.Keys(req.SecretHeaders))
+	return prepareInjection(ctx, f.secrets, req.SecretHeaders, req.Header, e)
+}
+
+// prepareInjection builds the secret headers (name → template) to be sent
+// to e, through s (nil refuses every ref), in three passes so that nothing
+// is resolved before everything is known to be allowed: the header names
+// and templates (a *tool.SecretHeaderError; a name may not also be in
+// header), then every ref against s.CheckDestination (the denial), then
+// the values (a *tool.SecretHeaderError wrapping the resolver's error or
+// tool.ErrSecretValueInvalid).
+func prepareInjection(ctx context.Context, s SecretSource, secretHeaders map[string]string, header map[string][]string, e capability.Endpoint) (*injection, error) {
+	names := slices.Sorted(maps.Keys(secretHeaders))
 	templates := make([]capability.SecretTemplate, len(names))
 	seen := make(map[string]bool, len(names))
 	inj := &injection{origin: e, header: make(http.Header, len(names))}
@@ -118,12 +132,12 @@ func (f *fetcher) prepare(ctx context.Context, req tool.Request, e capability.En
 			return nil, headerErr(errors.New("set twice (header names are case-insensitive)"))
 		}
 		seen[canon] = true
-		for k := range req.Header {
+		for k := range header {
 			if http.CanonicalHeaderKey(k) == canon {
 				return nil, headerErr(errors.New("also set in Request.Header"))
 			}
 		}
-		t, err := capability.ParseSecretTemplate(req.SecretHeaders[name])
+		t, err := capability.ParseSecretTemplate(secretHeaders[name])
 		if err != nil {
 			return nil, headerErr(err)
 		}
@@ -134,7 +148,7 @@ func (f *fetcher) prepare(ctx context.Context, req tool.Request, e capability.En
 			}
 		}
 	}
-	if err := f.checkDestinations(inj.refs, e); err != nil {
+	if err := checkDestinations(s, inj.refs, e); err != nil {
 		return nil, err
 	}
 	values := make(map[string]string, len(inj.refs))
@@ -143,7 +157,7 @@ func (f *fetcher) prepare(ctx context.Context, req tool.Request, e capability.En
 			if v, ok := values[ref]; ok {
 				return v, nil
 			}
-			v, err := f.secrets.Resolve(ctx, ref)
+			v, err := s.Resolve(ctx, ref)
 			if err != nil {
 				return "", err
 			}
@@ -170,13 +184,14 @@ func (f *fetcher) prepare(ctx context.Context, req tool.Request, e capability.En
 	return inj, nil
 }
 
-// checkDestinations checks that every ref may be sent to e.
-func (f *fetcher) checkDestinations(refs []string, e capability.Endpoint) error {
-	if f.secrets == nil {
+// checkDestinations checks through s that every ref may be sent to e; a
+// nil s allows none.
+func checkDestinations(s SecretSource, refs []string, e capability.Endpoint) error {
+	if s == nil {
 		return tool.Deny(tool.ErrSecretNotDeclared, "requested secret is not permitted for this tool")
 	}
 	for _, ref := range refs {
-		if err := f.secrets.CheckDestination(ref, e); err != nil {
+		if err := s.CheckDestination(ref, e); err != nil {
 			return err
 		}
 	}
@@ -210,14 +225,22 @@ func (f *fetcher) checkCarried(req *http.Request, e capability.Endpoint) error {
 
 // headerFor returns the header to send to e: h itself, or a copy with the
 // call's injected secrets when e is the injection's origin and the chain
-// never left it. The destinations are checked again here, where the
-// request is sent.
+// never left it (injection.headerFor).
 func (f *fetcher) headerFor(ctx context.Context, h http.Header, e capability.Endpoint) (http.Header, error) {
 	inj := injectionFrom(ctx)
-	if inj == nil || inj.left.Load() || e != inj.origin {
+	return inj.headerFor(f.secrets, h, e, inj != nil && inj.left.Load())
+}
+
+// headerFor is the per-hop check of injection, shared by the fetcher and
+// Injector: it returns h itself when inj is nil, when the redirect chain
+// of the request has left the origin (left) or when e is not the origin;
+// otherwise it checks every ref's destination again through s, where the
+// request is sent, and returns a copy of h with the secret headers.
+func (inj *injection) headerFor(s SecretSource, h http.Header, e capability.Endpoint, left bool) (http.Header, error) {
+	if inj == nil || left || e != inj.origin {
 		return h, nil
 	}
-	if err := f.checkDestinations(inj.refs, e); err != nil {
+	if err := checkDestinations(s, inj.refs, e); err != nil {
 		return nil, err
 	}
 	out := h.Clone()
