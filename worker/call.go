@@ -81,7 +81,7 @@ func (w *Worker) handle(m *bus.Msg) {
 			// fault, retried with backoff and dead-lettered after
 			// MaxDeliver, so a poison call cannot take the worker down.
 			reason := fmt.Sprintf("worker panicked while handling the call: %v", p)
-			w.recordFailure(d.call.CallID, reason)
+			w.recordFailure(d.ctx, d.call.CallID, reason)
 			w.log.ErrorContext(d.ctx, "call handler panicked; call handed back", "subject", m.Subject, "call_id", d.call.CallID, "panic", fmt.Sprint(p))
 			_ = m.Nak(retryDelay(m.Deliveries))
 		}
@@ -139,7 +139,7 @@ func (d *delivery) handle() {
 	if m.Deliveries > 1 || exclusive {
 		stored, err := w.storedResult(d.ctx, &d.call)
 		if err != nil {
-			w.retryLater(m, &d.call, err)
+			w.retryLater(d.ctx, m, &d.call, err)
 			cs.outcome = "retry"
 			return
 		}
@@ -167,16 +167,16 @@ func (d *delivery) handle() {
 	// Only calls of exclusive tools run under a lease ("never two at
 	// once"); for the others a nil lease holds nothing and is never lost.
 	if exclusive {
-		l, err := w.takeLease(d.call.CallID)
+		l, err := w.takeLease(d.ctx, d.call.CallID)
 		if errors.Is(err, bus.ErrKeyExists) {
 			// Another worker holds the lease: let it finish; look again later.
-			w.recordFailure(d.call.CallID, "call lease held by another worker")
+			w.recordFailure(d.ctx, d.call.CallID, "call lease held by another worker")
 			_ = m.Nak(w.timing.Heartbeat())
 			cs.outcome = "in_progress"
 			return
 		}
 		if err != nil {
-			w.retryLater(m, &d.call, fmt.Errorf("take call lease: %w", err))
+			w.retryLater(d.ctx, m, &d.call, fmt.Errorf("take call lease: %w", err))
 			cs.outcome = "retry"
 			return
 		}
@@ -197,7 +197,7 @@ func (d *delivery) handle() {
 		w.log.WarnContext(d.ctx, "call abandoned by this worker: its lease was lost to another worker, which answers it", "call_id", d.call.CallID, "tool", d.call.Tool)
 		cs.outcome = "lease_lost"
 	case o.infra != nil:
-		w.retryLater(m, &d.call, o.infra)
+		w.retryLater(d.ctx, m, &d.call, o.infra)
 		cs.outcome = "retry"
 	default:
 		d.deliver(o)
@@ -233,10 +233,10 @@ func (d *delivery) answeredBefore(stored *bus.Msg) {
 		o.result = protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool}
 	}
 	if err := w.audit(d.ctx, call, o, int(d.m.Deliveries)); err != nil {
-		w.retryLater(d.m, call, fmt.Errorf("write audit record: %w", err))
+		w.retryLater(d.ctx, d.m, call, fmt.Errorf("write audit record: %w", err))
 		return
 	}
-	w.ack(d.m, call.CallID)
+	w.ack(d.ctx, d.m, call.CallID)
 	w.log.DebugContext(d.ctx, "call already answered; delivery acknowledged without running it", "call_id", call.CallID, "deliveries", d.m.Deliveries)
 }
 
@@ -340,7 +340,7 @@ func (d *delivery) answerWithoutRunning(o outcome) {
 			d.undeliverable(o, err)
 			return
 		}
-		w.retryLater(d.m, &d.call, err)
+		w.retryLater(d.ctx, d.m, &d.call, err)
 		setOutcome(ctx, "retry")
 		return
 	}
@@ -368,9 +368,9 @@ func (d *delivery) publish(ctx context.Context, o *outcome) (err error) {
 func (d *delivery) complete(o outcome) {
 	w, ctx, call := d.w, d.ctx, &d.call
 	if err := w.audit(ctx, call, o, int(d.m.Deliveries)); err != nil {
-		w.retryLater(d.m, call, fmt.Errorf("write audit record: %w", err))
+		w.retryLater(d.ctx, d.m, call, fmt.Errorf("write audit record: %w", err))
 	} else {
-		w.ack(d.m, call.CallID)
+		w.ack(d.ctx, d.m, call.CallID)
 	}
 	d.lease.release()
 	w.recordAnswer(ctx, call, o)
@@ -387,7 +387,7 @@ func (d *delivery) complete(o outcome) {
 // publishing this run's result; its audit record was written by the run
 // that won.
 func (d *delivery) lostRace() {
-	d.w.ack(d.m, d.call.CallID)
+	d.w.ack(d.ctx, d.m, d.call.CallID)
 	setOutcome(d.ctx, "duplicate")
 	d.w.log.InfoContext(d.ctx, "result not published: another run of the call stored its result first", "call_id", d.call.CallID, "tool", d.call.Tool)
 }
@@ -409,34 +409,37 @@ func (w *Worker) header(ctx context.Context, callHeader bus.Header) bus.Header {
 }
 
 // ack acknowledges a call whose result is stored, without waiting for the
-// server: a lost ack means a redelivery that finds the result.
-func (w *Worker) ack(m *bus.Msg, callID string) {
+// server: a lost ack means a redelivery that finds the result. ctx carries
+// the call's span, for the log.
+func (w *Worker) ack(ctx context.Context, m *bus.Msg, callID string) {
 	if err := m.AckNoWait(); err != nil {
-		w.log.Warn("ack failed; the call will be redelivered and acked when it finds its result", "call_id", callID, "error", err)
+		w.log.WarnContext(ctx, "ack failed; the call will be redelivered and acked when it finds its result", "call_id", callID, "error", err)
 	}
 }
 
 // retryLater records an infrastructure fault and asks for redelivery with
 // backoff. After MaxDeliver deliveries the server's advisory makes a worker
-// dead-letter the call and publish its abandonment result.
-func (w *Worker) retryLater(m *bus.Msg, call *protocol.Call, cause error) {
-	w.recordFailure(call.CallID, cause.Error())
+// dead-letter the call and publish its abandonment result. ctx carries the
+// call's span: the failure record is written, and the fault logged, in it.
+func (w *Worker) retryLater(ctx context.Context, m *bus.Msg, call *protocol.Call, cause error) {
+	w.recordFailure(ctx, call.CallID, cause.Error())
 	delay := retryDelay(m.Deliveries)
-	w.log.Warn("infrastructure fault; call will be redelivered", "call_id", call.CallID, "tool", call.Tool,
+	w.log.WarnContext(ctx, "infrastructure fault; call will be redelivered", "call_id", call.CallID, "tool", call.Tool,
 		"deliveries", m.Deliveries, "retry_in", delay.String(), "error", cause)
 	_ = m.Nak(delay)
 }
 
 // recordFailure keeps the last infrastructure failure of a call for its
-// abandonment message.
-func (w *Worker) recordFailure(callID, reason string) {
+// abandonment message. The write is bounded like every bus operation
+// (boundCtx) and keeps ctx's span.
+func (w *Worker) recordFailure(ctx context.Context, callID, reason string) {
 	if callID == "" {
 		return
 	}
-	ctx, cancel := w.opCtx()
+	ctx, cancel := w.boundCtx(ctx)
 	defer cancel()
 	if _, err := w.kv.failures.Put(ctx, callID, []byte(capReason(reason))); err != nil {
-		w.log.Warn("cannot record failure reason", "call_id", callID, "error", err)
+		w.log.WarnContext(ctx, "cannot record failure reason", "call_id", callID, "error", err)
 	}
 }
 

@@ -35,7 +35,7 @@ func (d *delivery) rejectMalformed(tokens protocol.CallTokens, de *protocol.Deco
 		reason, permanent := w.publishFault(err, w.names.DLQStream())
 		w.obs.publishFailed(ctx, "dead_letter", reason)
 		if !permanent {
-			w.retryLater(m, &protocol.Call{CallID: callID, Tool: toolTok}, err)
+			w.retryLater(ctx, m, &protocol.Call{CallID: callID, Tool: toolTok}, err)
 			setOutcome(ctx, "retry")
 			return
 		}
@@ -50,7 +50,7 @@ func (d *delivery) rejectMalformed(tokens protocol.CallTokens, de *protocol.Deco
 		d.answerWithoutRunning(refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()))
 		return
 	}
-	w.ack(m, callID)
+	w.ack(ctx, m, callID)
 	bad.Tool = toolTok
 	w.audit(ctx, &bad, refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()), int(m.Deliveries))
 	setOutcome(ctx, "dead_lettered")
@@ -116,7 +116,7 @@ func (w *Worker) handleAbandoned(ctx context.Context, cons *bus.PoolConsumer) {
 			a, err := bus.ParseMaxDeliveries(m.Data)
 			if err != nil {
 				w.log.Warn("ignoring malformed advisory", "error", err)
-				w.ack(m, "")
+				w.ack(ctx, m, "")
 				return
 			}
 			if err := w.onMaxDeliveries(a); err != nil {
@@ -124,7 +124,7 @@ func (w *Worker) handleAbandoned(ctx context.Context, cons *bus.PoolConsumer) {
 				_ = m.Nak(5 * time.Second)
 				return
 			}
-			w.ack(m, "")
+			w.ack(ctx, m, "")
 		})
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("fetch abandoned calls failed", "error", err)

@@ -27,6 +27,8 @@ type lease struct {
 	w      *Worker
 	callID string
 	ttl    time.Duration
+	// ctx carries the call's span, for the lease's bus operations and logs.
+	ctx context.Context
 
 	mu      sync.Mutex
 	rev     uint64
@@ -39,17 +41,18 @@ type lease struct {
 }
 
 // takeLease creates the lease of callID. It returns bus.ErrKeyExists when
-// another worker holds it.
-func (w *Worker) takeLease(callID string) (*lease, error) {
+// another worker holds it. callCtx carries the call's span: the lease's
+// operations and log lines keep it.
+func (w *Worker) takeLease(callCtx context.Context, callID string) (*lease, error) {
 	ttl := w.timing.LeaseTTL()
-	ctx, cancel := w.opCtx()
+	ctx, cancel := w.boundCtx(callCtx)
 	defer cancel()
 	sent := time.Now()
 	rev, err := w.kv.leases.Create(ctx, callID, []byte(w.cfg.WorkerID), ttl)
 	if err != nil {
 		return nil, err
 	}
-	return &lease{w: w, callID: callID, ttl: ttl, rev: rev, written: sent, lostCh: make(chan struct{})}, nil
+	return &lease{w: w, callID: callID, ttl: ttl, ctx: callCtx, rev: rev, written: sent, lostCh: make(chan struct{})}, nil
 }
 
 // refresh extends the lease. When its revision is no longer the latest (it
@@ -69,7 +72,7 @@ func (l *lease) refresh() (held bool, err error) {
 	if l.released {
 		return true, nil // the call is over; nothing to keep alive
 	}
-	ctx, cancel := l.w.opCtx()
+	ctx, cancel := l.w.boundCtx(l.ctx)
 	defer cancel()
 	sent := time.Now()
 	rev, err := l.w.kv.leases.UpdateTTL(ctx, l.callID, []byte(l.w.cfg.WorkerID), l.rev, l.ttl)
@@ -132,14 +135,14 @@ func (l *lease) release() {
 		return
 	}
 	l.released = true
-	ctx, cancel := l.w.opCtx()
+	ctx, cancel := l.w.boundCtx(l.ctx)
 	defer cancel()
 	// A purge, not a delete: a delete leaves a marker that the bucket keeps
 	// for ever (one per call ever run), a purge's marker expires after
 	// bus.LeaseMarkerTTL. Both are fenced by revision.
 	if err := l.w.kv.leases.Purge(ctx, l.callID, l.rev, bus.LeaseMarkerTTL); err != nil && !errors.Is(err, bus.ErrConflict) {
 		// It expires by itself within its TTL.
-		l.w.log.Warn("cannot release call lease", "call_id", l.callID, "error", err)
+		l.w.log.WarnContext(l.ctx, "cannot release call lease", "call_id", l.callID, "error", err)
 	}
 }
 
@@ -160,13 +163,13 @@ func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *running) (stop func()) {
 		_ = m.InProgress()
 		held, err := l.refresh()
 		if !held {
-			w.log.Warn("call lease lost; another worker runs the call", "call_id", l.callID)
+			w.log.WarnContext(l.ctx, "call lease lost; another worker runs the call", "call_id", l.callID)
 			r.cancel(errLeaseLost)
 			return
 		}
 		if err != nil {
 			r.stuck(stuckLease, err)
-			w.log.Warn("cannot refresh call lease", "call_id", l.callID, "error", err)
+			w.log.WarnContext(l.ctx, "cannot refresh call lease", "call_id", l.callID, "error", err)
 		} else {
 			r.unstuck(stuckLease)
 		}

@@ -154,7 +154,7 @@ func (d *delivery) undeliverable(o outcome, cause error) {
 		dreason, permanent := w.publishFault(err, w.names.DLQStream())
 		w.obs.publishFailed(ctx, "dead_letter", dreason)
 		if !permanent {
-			w.retryLater(m, call, errors.New(reason))
+			w.retryLater(ctx, m, call, errors.New(reason))
 			setOutcome(ctx, "retry")
 			return
 		}
@@ -165,7 +165,7 @@ func (d *delivery) undeliverable(o outcome, cause error) {
 		w.audit(ctx, call, failed(o, reason), int(m.Deliveries))
 		return
 	}
-	w.ack(m, call.CallID)
+	w.ack(ctx, m, call.CallID)
 	w.audit(ctx, call, failed(o, reason), int(m.Deliveries))
 	setOutcome(ctx, "dead_lettered")
 	w.log.ErrorContext(ctx, "result not publishable; call dead-lettered", "call_id", call.CallID, "tool", call.Tool, "error", cause)
@@ -183,7 +183,7 @@ func (d *delivery) abandonUnpublished(cause error) {
 	if err := w.deadLetter(m, dlqToolToken(call.Tool), reason); err != nil {
 		dreason, _ := w.publishFault(err, w.names.DLQStream())
 		w.obs.publishFailed(ctx, "dead_letter", dreason)
-		w.retryLater(m, call, errors.New(reason))
+		w.retryLater(ctx, m, call, errors.New(reason))
 		setOutcome(ctx, "retry")
 		return
 	}
