@@ -1,11 +1,11 @@
 package argschema
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 
+	"github.com/capstanhq/capstan/internal/jsonscan"
 	"github.com/go-json-experiment/json/jsontext"
 )
 
@@ -19,8 +19,8 @@ import (
 // jsonschema.UnmarshalJSON reads through encoding/json's Decoder, which
 // scans every byte twice; args are the largest part of most calls.
 func decode(data []byte) (any, error) {
-	dec := jsontext.NewDecoder(bytes.NewBuffer(data),
-		jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	dec, release := jsonscan.Decoder(data)
+	defer release()
 	v, err := decodeValue(dec)
 	if err != nil {
 		return nil, err

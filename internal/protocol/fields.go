@@ -1,11 +1,10 @@
 package protocol
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 
-	"github.com/go-json-experiment/json/jsontext"
+	"github.com/capstanhq/capstan/internal/jsonscan"
 )
 
 // topLevelFields splits a JSON object into its members in one pass over
@@ -20,8 +19,8 @@ import (
 // it), and every byte of the call's args with it; this is the call
 // decoder's main cost.
 func topLevelFields(data []byte) (fields map[string]json.RawMessage, ok bool) {
-	dec := jsontext.NewDecoder(bytes.NewBuffer(data),
-		jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	dec, release := jsonscan.Decoder(data)
+	defer release()
 	if t, err := dec.ReadToken(); err != nil || t.Kind() != '{' {
 		return nil, false
 	}
