@@ -151,9 +151,16 @@ func (w *Worker) startCall(m *bus.Msg) (context.Context, *callSpan) {
 	tokens, _ := w.names.ParseCallSubject(m.Subject)
 	cs := &callSpan{start: time.Now(), tool: w.metricTool(tokens.Tool), busy: &w.obs.busy}
 	w.obs.busy.Add(1)
-	opts := []trace.SpanStartOption{
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	if producer := trace.SpanContextFromContext(parent); producer.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
+	}
+	ctx, span := w.obs.tracer.Start(parent, "process "+m.Subject, opts...)
+	// The attributes are built only for a span that records them: an
+	// untraced worker (a no-op tracer, or a span not sampled) would
+	// allocate them on every call for nothing.
+	if span.IsRecording() {
+		span.SetAttributes(
 			semconv.MessagingSystemKey.String("nats"),
 			semconv.MessagingOperationTypeProcess,
 			semconv.MessagingOperationName("process"),
@@ -162,12 +169,8 @@ func (w *Worker) startCall(m *bus.Msg) (context.Context, *callSpan) {
 			telemetry.AttrDeliveries.Int64(int64(m.Deliveries)),
 			telemetry.AttrWorkerID.String(w.cfg.WorkerID),
 			telemetry.AttrPool.String(w.cfg.Pool),
-		),
+		)
 	}
-	if producer := trace.SpanContextFromContext(parent); producer.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
-	}
-	ctx, span := w.obs.tracer.Start(parent, "process "+m.Subject, opts...)
 	cs.span = span
 	w.obs.deliveries.Add(ctx, 1, w.obs.measurement(attrKey{delivery: true, tool: cs.tool, redelivery: m.Deliveries > 1}))
 	return context.WithValue(ctx, callSpanKey{}, cs), cs
@@ -175,6 +178,9 @@ func (w *Worker) startCall(m *bus.Msg) (context.Context, *callSpan) {
 
 // decoded records the call's ids on its consumer span.
 func (cs *callSpan) decoded(call *protocol.Call) {
+	if !cs.span.IsRecording() {
+		return
+	}
 	cs.span.SetAttributes(
 		semconv.MessagingMessageID(call.CallID),
 		telemetry.GenAIToolCallID.String(call.CallID),
@@ -346,14 +352,18 @@ func (w *Worker) traceAccessors(tc *tool.Context) {
 // The caller sets the body size once the message is encoded.
 func (w *Worker) startPublish(ctx context.Context, subject, callID string) (context.Context, trace.Span) {
 	template := w.names.Prefix() + ".result.{personality}.{batch_id}.{call_id}"
-	return w.obs.tracer.Start(ctx, "send "+template, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-		semconv.MessagingSystemKey.String("nats"),
-		semconv.MessagingOperationTypeSend,
-		semconv.MessagingOperationName("send"),
-		semconv.MessagingDestinationName(subject),
-		semconv.MessagingDestinationTemplate(template),
-		semconv.MessagingMessageID(protocol.ResultMsgID(callID)),
-	))
+	ctx, span := w.obs.tracer.Start(ctx, "send "+template, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() { // see startCall
+		span.SetAttributes(
+			semconv.MessagingSystemKey.String("nats"),
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName("send"),
+			semconv.MessagingDestinationName(subject),
+			semconv.MessagingDestinationTemplate(template),
+			semconv.MessagingMessageID(protocol.ResultMsgID(callID)),
+		)
+	}
+	return ctx, span
 }
 
 func endPublish(span trace.Span, err error) {
