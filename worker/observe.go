@@ -256,7 +256,11 @@ func (w *Worker) denied(ctx context.Context, span trace.Span, gate, code string)
 
 // phase starts a child span of the call's current span.
 func (w *Worker) phase(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	return w.obs.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	ctx, span := w.obs.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	if len(attrs) > 0 && span.IsRecording() { // see startCall
+		span.SetAttributes(attrs...)
+	}
+	return ctx, span
 }
 
 // httpTransport is the fetch accessor's transport middleware: otelhttp
