@@ -1,8 +1,8 @@
 package tool
 
 import (
+	"context"
 	"encoding/json"
-	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -10,7 +10,8 @@ import (
 
 // decodeArgs reads arguments with the v1 API of go-json-experiment (one
 // pass over the bytes instead of encoding/json's two). It must accept,
-// refuse and fill exactly as encoding/json does, with the same messages.
+// refuse and fill exactly as encoding/json does (decodeArgsStd), with the
+// same messages.
 
 type decodeProbe struct {
 	Text     string            `json:"text"`
@@ -69,7 +70,7 @@ func checkDecodeArgs(t *testing.T, data []byte) {
 	t.Helper()
 	var got, want decodeProbe
 	msg, ok := decodeArgs(data, &got)
-	wantMsg, wantOK := encodingJSONDecodeArgs(data, &want)
+	wantMsg, wantOK := decodeArgsStd(data, &want)
 	if ok != wantOK {
 		t.Fatalf("%q: ok=%v (%s), encoding/json ok=%v (%s)", data, ok, msg, wantOK, wantMsg)
 	}
@@ -88,22 +89,6 @@ func checkDecodeArgs(t *testing.T, data []byte) {
 	}
 }
 
-// encodingJSONDecodeArgs is decodeArgs as it was, on encoding/json.
-func encodingJSONDecodeArgs(raw json.RawMessage, v any) (string, bool) {
-	err := json.Unmarshal(raw, v)
-	if err == nil {
-		return "", true
-	}
-	var te *json.UnmarshalTypeError
-	if !errors.As(err, &te) {
-		return "args must be a JSON object: " + err.Error(), false
-	}
-	if te.Field == "" {
-		return "args must be an object, got " + te.Value, false
-	}
-	return "args." + te.Field + " must be " + kindName(te.Type) + ", got " + te.Value, false
-}
-
 // BenchmarkDecodeArgs compares decodeArgs with encoding/json (what it used
 // before) on echo's 1 KiB arguments, in one run.
 func BenchmarkDecodeArgs(b *testing.B) {
@@ -115,7 +100,7 @@ func BenchmarkDecodeArgs(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
 		decode func(json.RawMessage, any) (string, bool)
-	}{{"encoding-json", encodingJSONDecodeArgs}, {"decodeArgs", decodeArgs}} {
+	}{{"encoding-json", decodeArgsStd}, {"decodeArgs", decodeArgs}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
 			b.ReportAllocs()
@@ -126,5 +111,58 @@ func BenchmarkDecodeArgs(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// encoding/json.Number is the one type the v1 API decodes differently (it
+// has its own Number): Typed decodes argument types that hold one with
+// encoding/json.
+func TestHoldsNumber(t *testing.T) {
+	t.Parallel()
+	type list struct {
+		Next *list
+		N    int
+	}
+	type withNumber struct {
+		Deep map[string][]*struct{ N json.Number }
+	}
+	for _, tc := range []struct {
+		typ  reflect.Type
+		want bool
+	}{
+		{reflect.TypeFor[decodeProbe](), false},
+		{reflect.TypeFor[list](), false},
+		{reflect.TypeFor[json.Number](), true},
+		{reflect.TypeFor[withNumber](), true},
+		{reflect.TypeFor[map[json.Number]int](), true},
+		{reflect.TypeFor[[2]*json.Number](), true},
+	} {
+		if got := holdsNumber(tc.typ); got != tc.want {
+			t.Errorf("holdsNumber(%v) = %v, want %v", tc.typ, got, tc.want)
+		}
+	}
+}
+
+func TestTypedDecodesJSONNumber(t *testing.T) {
+	t.Parallel()
+	type args struct {
+		N json.Number `json:"n"`
+		S json.Number `json:"s"`
+	}
+	var got args
+	exec := Typed(func(_ context.Context, a args, _ *Context) (Result, error) {
+		got = a
+		return OK(""), nil
+	})
+	res, err := exec(context.Background(), json.RawMessage(`{"n":12.50,"s":"7"}`), nil)
+	if err != nil || !res.OK {
+		t.Fatalf("refused: %v %+v", err, res)
+	}
+	if got.N != "12.50" || got.S != "7" {
+		t.Fatalf("decoded %+v", got)
+	}
+	res, _ = exec(context.Background(), json.RawMessage(`{"n":"x"}`), nil)
+	if res.OK || !strings.Contains(res.Error, "invalid arguments: ") {
+		t.Fatalf("a string that is no number was accepted: %+v", res)
 	}
 }
