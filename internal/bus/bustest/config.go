@@ -15,13 +15,18 @@ import (
 // changed: one node instead of a cluster (no cluster listener, no routes),
 // a random port on 127.0.0.1, no monitoring port, the store in a test temp
 // dir, no fsync on every write (durability is not what such tests check), no
-// signal handlers and no logs. The server is shut down when the test ends;
+// signal handlers and no logs. Each adjust, when given, then changes the
+// parsed options (for example one user's permissions, or an administrator
+// added for the test). The server is shut down when the test ends;
 // ConfigServer returns its URL without a user (see UserURL).
-func ConfigServer(t testing.TB, file string) string {
+func ConfigServer(t testing.TB, file string, adjust ...func(*server.Options)) string {
 	t.Helper()
 	opts, err := server.ProcessConfigFile(file)
 	if err != nil {
 		t.Fatalf("load %s: %v", file, err)
+	}
+	for _, a := range adjust {
+		a(opts)
 	}
 	opts.Host, opts.Port = "127.0.0.1", -1
 	opts.HTTPHost, opts.HTTPPort = "", 0
