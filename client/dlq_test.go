@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
@@ -30,19 +30,7 @@ func startWorkerWith(t *testing.T, cfg worker.Config) {
 	}
 	w, err := worker.New(cfg, tools...)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("worker: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	workertest.Run(t, w, nil)
 }
 
 func TestDeadLettersAndRedrive(t *testing.T) {

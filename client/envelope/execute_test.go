@@ -13,6 +13,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/telemetry/telemetrytest"
 	"github.com/capstanhq/capstan/internal/tools/echo"
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/capstanhq/capstan/worker"
 	"github.com/stretchr/testify/require"
 )
@@ -86,16 +87,5 @@ func startEchoWorker(t *testing.T, ctx context.Context, url string) {
 	w, err := worker.New(worker.Config{NATSURL: url, NATSCreds: bustest.Creds(url), WorkerID: "envelope",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ShutdownGrace: 2 * time.Second}, echo.Tool())
 	require.NoError(t, err)
-	wctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("worker: %v", err)
-	}
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
+	workertest.Run(t, w, nil)
 }

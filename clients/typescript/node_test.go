@@ -27,6 +27,7 @@ import (
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
@@ -105,18 +106,7 @@ func pool(t *testing.T, ctx context.Context) string {
 	w, err := worker.New(worker.Config{NATSURL: url, NATSCreds: bustest.Creds(url), WorkerID: "ts-pool",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ShutdownGrace: 2 * time.Second}, tools...)
 	require.NoError(t, err)
-	wctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("worker: %v", err)
-	}
-	t.Cleanup(func() {
-		stop()
-		require.NoError(t, <-done)
-	})
+	workertest.Run(t, w, nil)
 	return url
 }
 

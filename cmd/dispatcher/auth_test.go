@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/capstanhq/capstan/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
 	"github.com/nats-io/nkeys"
@@ -31,22 +31,7 @@ func workerWithEmbeddedServer(t *testing.T) (url, dataDir string) {
 	w, err := worker.New(worker.Config{DataDir: dataDir, EmbeddedPort: port, WorkerID: "embedded-w", PersonalitiesDir: personalities,
 		ShutdownGrace: time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, builtin.All()...)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-errc)
-	})
-	select {
-	case <-w.Ready():
-	case err := <-errc:
-		cancel()
-		errc <- err
-		t.Fatalf("worker stopped before ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker not ready in 60s")
-	}
+	workertest.Run(t, w, nil)
 	return "nats://127.0.0.1:" + strconv.Itoa(port), dataDir
 }
 

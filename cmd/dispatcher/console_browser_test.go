@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
@@ -88,31 +89,15 @@ func TestConsoleInABrowser(t *testing.T) {
 	shots := screenshotDir(t)
 
 	url := bustest.Server(t)
-	dir := t.TempDir()
-	for id, doc := range map[string]string{
+	dir := workertest.Personalities(t, map[string]string{
 		"default": "id: default\ntoolset: [echo, steps, read_file]\nfs_reach: {workdir: /srv/work, read: [\"${WORKDIR}\"]}\n",
 		"reader":  "id: reader\ntoolset: [read_file, search_files]\nfs_reach: {workdir: /srv/docs, read: [\"${WORKDIR}\"]}\nrate_limits:\n  read_file: {requests: 100, window: 1m}\n",
-	} {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, id+".yaml"), []byte(doc), 0o600))
-	}
+	})
 	w, err := worker.New(worker.Config{NATSURL: url, NATSCreds: bustest.Creds(url), WorkerID: "browser-worker", PersonalitiesDir: dir,
 		Concurrency: 3, ShutdownGrace: time.Millisecond, SecretsBackend: worker.SecretsNone,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, append(builtin.All(), progressTool())...)
 	require.NoError(t, err)
-	wctx, stopWorker := context.WithCancel(context.Background())
-	werr := make(chan error, 1)
-	go func() { werr <- w.Run(wctx) }()
-	t.Cleanup(func() {
-		stopWorker()
-		require.NoError(t, <-werr)
-	})
-	select {
-	case <-w.Ready():
-	case err := <-werr:
-		t.Fatalf("worker stopped before ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker not ready in 60s")
-	}
+	workertest.Run(t, w, nil)
 
 	// dispatcher console, as a user runs it.
 	env := map[string]string{"CAPSTAN_NATS_URL": url, "CAPSTAN_NATS_CREDS": bustest.Creds(url),

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capstanhq/capstan/client"
@@ -299,20 +299,7 @@ func TestExplainAsATenant(t *testing.T) {
 		Concurrency: 2, ShutdownGrace: time.Millisecond, SecretsBackend: worker.SecretsNone,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, builtin.All()...)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-errc)
-	})
-	select {
-	case <-w.Ready():
-	case err := <-errc:
-		t.Fatalf("worker stopped before ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker not ready in 60s")
-	}
+	workertest.Run(t, w, nil)
 
 	code, stdout, stderr := runT(t, as("tenant-researcher"), "", "explain", "fetch_url")
 	require.Equal(t, exitOK, code, stderr)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker"
 	"github.com/stretchr/testify/require"
@@ -82,20 +83,7 @@ func startRig(t *testing.T, maxDeliver int) *workerRig {
 		Logger:         slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}, showSecret())
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-errc)
-	})
-	select {
-	case <-w.Ready():
-	case err := <-errc:
-		t.Fatalf("worker stopped: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("worker not ready in 30s")
-	}
+	workertest.Run(t, w, nil)
 	c, err := client.New(t.Context(), client.Config{NATSURL: url, NATSCreds: bustest.Creds(url)})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)

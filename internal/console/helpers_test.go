@@ -7,11 +7,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -64,28 +63,12 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	url := bustest.Server(t)
-	dir := t.TempDir()
-	for id, doc := range testPersonalities {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, id+".yaml"), []byte(doc), 0o600))
-	}
+	dir := workertest.Personalities(t, testPersonalities)
 	w, err := worker.New(worker.Config{NATSURL: url, NATSCreds: bustest.Creds(url), WorkerID: "console-worker", PersonalitiesDir: dir,
 		Concurrency: 3, ShutdownGrace: time.Millisecond, SecretsBackend: worker.SecretsNone,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, append(builtin.All(), stepsTool())...)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-errc)
-	})
-	select {
-	case <-w.Ready():
-	case err := <-errc:
-		t.Fatalf("worker stopped before ready: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker not ready in 60s")
-	}
+	workertest.Run(t, w, nil)
 	c, err := client.New(ctxT(t), client.Config{NATSURL: url, NATSCreds: bustest.Creds(url), Name: "console-test"})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capstanhq/capstan/client"
@@ -130,20 +131,7 @@ func startPool(t *testing.T, personalities map[string]string) *pool {
 	}, echo.Tool())
 	require.NoError(t, err)
 	p.w = w
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("worker stopped before ready: %v", err)
-	case <-time.After(90 * time.Second):
-		t.Fatalf("worker not ready in 90s; log:\n%s", p.logs.String())
-	}
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	workertest.Run(t, w, p.logs.String)
 	for _, server := range []string{"fs", "everything"} {
 		require.Equal(t, mcphost.StateUp, p.status(server).State, "server %s is up; log:\n%s", server, p.logs.String())
 	}
@@ -491,18 +479,7 @@ func TestServerDownLeavesTheWorkerReady(t *testing.T) {
 	w, err := worker.New(worker.Config{NATSURL: url, NATSCreds: bustest.Creds(url), MCPServersDir: dir, ShutdownGrace: time.Second,
 		Getenv: getenv, SecretCacheTTL: time.Nanosecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, echo.Tool())
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("worker stopped: %v", err)
-	}
+	workertest.Run(t, w, nil)
 	c, err := client.New(ctxT(t), client.Config{NATSURL: url, NATSCreds: bustest.Creds(url)})
 	require.NoError(t, err)
 	defer c.Close()

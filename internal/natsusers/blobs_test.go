@@ -9,6 +9,7 @@ import (
 
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -47,7 +48,7 @@ func TestBlobsPerUser(t *testing.T) {
 		_, _, err := op.PutPersonality(ctxT(t, 10*time.Second), []byte(doc))
 		require.NoError(t, err)
 	}
-	runWorker(t, newWorker(t, url, nil))
+	workertest.Run(t, newWorker(t, url, nil), nil)
 	a := newClient(t, url, "tenant-researcher")
 	b := newClient(t, url, "tenant-support")
 	textA, textB := strings.Repeat("researcher ", 10_000), strings.Repeat("support ", 15_000)

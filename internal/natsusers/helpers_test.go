@@ -90,27 +90,6 @@ func newWorker(t *testing.T, url string, adjust func(*worker.Config), tools ...t
 	return w
 }
 
-// runWorker runs w until the test ends and waits until it consumes calls.
-func runWorker(t *testing.T, w *worker.Worker) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("worker: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("worker not ready in 30s")
-	}
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-}
-
 // inboxPrefix is the reply-subject prefix user may subscribe to:
 // _INBOX_<name> for a tenant-<name>, else _INBOX.
 func inboxPrefix(user string) string {

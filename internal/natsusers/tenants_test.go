@@ -9,6 +9,7 @@ import (
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,7 +28,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, problems)
 	}
-	runWorker(t, newWorker(t, url, nil))
+	workertest.Run(t, newWorker(t, url, nil), nil)
 
 	a := newClient(t, url, "tenant-researcher")
 	b := newClient(t, url, "tenant-support")
@@ -131,7 +132,7 @@ func TestTenantCallNamingAnotherPersonalityInItsBodyRunsAsItsOwn(t *testing.T) {
 	op := newClient(t, url, "operator")
 	_, _, err := op.PutPersonality(ctxT(t, 10*time.Second), []byte("id: researcher\n"))
 	require.NoError(t, err)
-	runWorker(t, newWorker(t, url, nil))
+	workertest.Run(t, newWorker(t, url, nil), nil)
 	conn := busConn(t, url, "tenant-researcher")
 	body := []byte(`{"call_id":"borrow1","tool":"echo","args":{"text":"x"},"session_id":"s","personality_id":"support"}`)
 	_, err = conn.Publish(ctxT(t, 10*time.Second), "capstan.call.default.researcher.echo", body, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, "borrow1")

@@ -12,6 +12,7 @@ import (
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/tools/builtin"
 	"github.com/capstanhq/capstan/worker"
@@ -69,7 +70,7 @@ func TestDeployNATSConfigs(t *testing.T) {
 func TestWorkerServesABackend(t *testing.T) {
 	t.Parallel()
 	url := deployServer(t)
-	runWorker(t, newWorker(t, url, nil)) // first on the server: creates every stream and bucket
+	workertest.Run(t, newWorker(t, url, nil), nil) // first on the server: creates every stream and bucket
 	op := newClient(t, url, "operator")
 	_, problems, err := op.PutPersonality(ctxT(t, 10*time.Second), []byte("id: default\n"))
 	require.NoError(t, err)
@@ -285,7 +286,7 @@ func TestOperatorManagesPersonalitiesTheWorkerApplies(t *testing.T) {
 	t.Parallel()
 	url := deployServer(t)
 	op := newClient(t, url, "operator")
-	runWorker(t, newWorker(t, url, nil))
+	workertest.Run(t, newWorker(t, url, nil), nil)
 	be := newClient(t, url, "backend")
 
 	_, problems, err := op.PutPersonality(ctxT(t, 10*time.Second), []byte("id: extra\ntoolset: [echo]\n"))
@@ -314,7 +315,7 @@ func TestOperatorRedrivesADeadLetter(t *testing.T) {
 			tools[i].SideEffects = tool.SideEffectsExclusive
 		}
 	}
-	runWorker(t, newWorker(t, url, func(c *worker.Config) { c.MaxDeliver, c.AckWait = 2, 3*time.Second }, tools...))
+	workertest.Run(t, newWorker(t, url, func(c *worker.Config) { c.MaxDeliver, c.AckWait = 2, 3*time.Second }, tools...), nil)
 	be := newClient(t, url, "backend")
 
 	// Another worker (the same user) holds the call's lease, so each
