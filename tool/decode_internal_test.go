@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // decodeArgs reads arguments with the v1 API of go-json-experiment (one
@@ -137,9 +139,7 @@ func TestHoldsNumber(t *testing.T) {
 		{reflect.TypeFor[map[json.Number]int](), true},
 		{reflect.TypeFor[[2]*json.Number](), true},
 	} {
-		if got := holdsNumber(tc.typ); got != tc.want {
-			t.Errorf("holdsNumber(%v) = %v, want %v", tc.typ, got, tc.want)
-		}
+		require.Equal(t, tc.want, holdsNumber(tc.typ), "holdsNumber(%v)", tc.typ)
 	}
 }
 
@@ -155,14 +155,10 @@ func TestTypedDecodesJSONNumber(t *testing.T) {
 		return OK(""), nil
 	})
 	res, err := exec(context.Background(), json.RawMessage(`{"n":12.50,"s":"7"}`), nil)
-	if err != nil || !res.OK {
-		t.Fatalf("refused: %v %+v", err, res)
-	}
-	if got.N != "12.50" || got.S != "7" {
-		t.Fatalf("decoded %+v", got)
-	}
+	require.NoError(t, err)
+	require.True(t, res.OK, "refused: %+v", res)
+	require.Equal(t, args{N: "12.50", S: "7"}, got)
 	res, _ = exec(context.Background(), json.RawMessage(`{"n":"x"}`), nil)
-	if res.OK || !strings.Contains(res.Error, "invalid arguments: ") {
-		t.Fatalf("a string that is no number was accepted: %+v", res)
-	}
+	require.False(t, res.OK, "a string that is no number was accepted")
+	require.Contains(t, res.Error, "invalid arguments: ")
 }

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Decoders lent to many goroutines at once each read their own data, and a
@@ -16,16 +19,13 @@ func TestDecodersAreNotShared(t *testing.T) {
 			for i := range 200 {
 				want := fmt.Sprintf("g%d-%d", g, i)
 				dec, release := Decoder([]byte(`{"k":"` + want + `","k":"` + want + `"}`))
-				if _, err := dec.ReadToken(); err != nil {
-					t.Error(err)
-				}
-				if _, err := dec.ReadToken(); err != nil {
-					t.Error(err)
-				}
+				_, err := dec.ReadToken()
+				assert.NoError(t, err)
+				_, err = dec.ReadToken()
+				assert.NoError(t, err)
 				v, err := dec.ReadToken()
-				if err != nil || v.String() != want {
-					t.Errorf("read %q (%v), want %q", v.String(), err, want)
-				}
+				assert.NoError(t, err)
+				assert.Equal(t, want, v.String())
 				release()
 			}
 		})
@@ -33,7 +33,6 @@ func TestDecodersAreNotShared(t *testing.T) {
 	wg.Wait()
 	dec, release := Decoder(nil)
 	defer release()
-	if _, err := dec.ReadToken(); err == nil {
-		t.Fatal("a decoder of no data read a token")
-	}
+	_, err := dec.ReadToken()
+	require.Error(t, err, "a decoder of no data read a token")
 }
