@@ -378,9 +378,9 @@ func (d *delivery) complete(o outcome) {
 	if !o.result.OK {
 		lvl = slog.LevelWarn
 	}
-	w.log.Log(ctx, lvl, "call finished", "call_id", call.CallID, "tool", call.Tool,
-		"ok", o.result.OK, "code", string(o.result.Code), "decision", o.decision,
-		"duration_ms", o.result.DurationMS, "deliveries", d.m.Deliveries)
+	w.log.LogAttrs(ctx, lvl, "call finished", slog.String("call_id", call.CallID), slog.String("tool", call.Tool),
+		slog.Bool("ok", o.result.OK), slog.String("code", string(o.result.Code)), slog.String("decision", o.decision),
+		slog.Int64("duration_ms", o.result.DurationMS), slog.Uint64("deliveries", d.m.Deliveries))
 }
 
 // lostRace acks a call whose result another run stored first, without

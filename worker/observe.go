@@ -254,8 +254,18 @@ func (w *Worker) denied(ctx context.Context, span trace.Span, gate, code string)
 	}
 }
 
+// noSpan is the span of a phase that is not traced: it does nothing.
+var noSpan = trace.SpanFromContext(context.Background())
+
 // phase starts a child span of the call's current span.
+// A call whose span records nothing gets no phase spans: every sampler a
+// worker can be configured with decides a child as it decided its parent
+// (by the parent's decision or by the trace id), so they would record
+// nothing either; ctx is returned as is, with a span that does nothing.
 func (w *Worker) phase(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, noSpan
+	}
 	ctx, span := w.obs.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
 	if len(attrs) > 0 && span.IsRecording() { // see startCall
 		span.SetAttributes(attrs...)

@@ -253,11 +253,11 @@ func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Cal
 		err error
 	}
 	done := make(chan ran, 1)
-	go func() {
+	w.runners.run(func() {
 		injectCallFault(call)
 		res, err := pipeline.Call(ctx, &h.Tool, call.Args, tc)
 		done <- ran{res: res, err: err}
-	}()
+	})
 	var out ran
 	select {
 	case out = <-done:

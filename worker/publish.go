@@ -9,6 +9,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ResultRetryLimit is how long a worker retries publishing a computed result
@@ -109,12 +110,13 @@ func (w *Worker) fitMessage(res *protocol.Result, hdr bus.Header) ([]byte, error
 	return protocol.EncodeResult(res)
 }
 
-// boundCtx returns a context for one bus operation caused by ctx (whose
-// span it keeps): opTimeout, and never past the end of the shutdown margin.
+// boundCtx returns a context for one bus operation caused by ctx: a child
+// of opsBase (opTimeout, and never past the end of the shutdown margin)
+// that carries ctx's span, so the operation's spans and log lines stay in
+// the call's trace. A call's context carries nothing else a bus operation
+// reads (inbound baggage is never forwarded).
 func (w *Worker) boundCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	stop := context.AfterFunc(w.opsBase(), cancel)
-	return ctx, func() { stop(); cancel() }
+	return context.WithTimeout(trace.ContextWithSpan(w.opsBase(), trace.SpanFromContext(ctx)), opTimeout)
 }
 
 // publishFault says why a publish to stream failed, as the reason label of

@@ -55,6 +55,8 @@ type Worker struct {
 	// errShutdown when the shutdown grace ends.
 	execBase   context.Context
 	cancelExec context.CancelCauseFunc
+	// runners runs the tools (execute).
+	runners *runners
 	// ops is the parent of every bus operation (opsBase); stopOps ends it
 	// ShutdownMargin after the grace.
 	ops     context.Context
@@ -97,6 +99,7 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
+		runners:  newRunners(),
 		cfg:      cfg,
 		tools:    make(map[string]*hosted),
 		reducers: shape.NewReducers(),
@@ -313,6 +316,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.drain()
 	close(w.work)
 	handlers.Wait()
+	w.runners.close()
 	return nil
 }
 
