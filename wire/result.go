@@ -3,7 +3,10 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/capstanhq/capstan/internal/jsonenc"
 )
 
 // Result is the one answer to a call, published on
@@ -62,24 +65,132 @@ type Result struct {
 	Blob *BlobRef `json:"blob,omitempty"`
 }
 
-// MarshalJSON writes value only for ok results and error/code only for failures.
+// MarshalJSON writes value only for ok results (always, even empty) and
+// code and error only for failures (when not empty); the other fields as
+// their tags say, in their order. The bytes are encoding/json's for the
+// same fields: its string escaping (HTML-safe), its number formats,
+// Structured validated, compacted and HTML-escaped. Structured that is not
+// valid JSON and a CostUSD that is NaN or infinite are encoding/json's
+// errors.
 func (r Result) MarshalJSON() ([]byte, error) {
-	type plain Result
-	type okShape struct {
-		plain
-		Code  Code   `json:"code,omitempty"`
-		Error string `json:"error,omitempty"`
-	}
-	type failShape struct {
-		plain
-		Value string `json:"value,omitempty"`
-	}
+	return r.appendJSON(make([]byte, 0, r.sizeHint()))
+}
+
+// appendJSON appends r's JSON (MarshalJSON) to dst; on error it returns
+// nil.
+func (r *Result) appendJSON(dst []byte) ([]byte, error) {
+	var err error
+	dst = append(dst, `{"call_id":`...)
+	dst = jsonenc.AppendString(dst, r.CallID)
+	dst = append(dst, `,"batch_id":`...)
+	dst = jsonenc.AppendString(dst, r.BatchID)
+	dst = append(dst, `,"tool":`...)
+	dst = jsonenc.AppendString(dst, r.Tool)
 	if r.OK {
-		p := plain(r)
-		p.Code, p.Error = "", ""
-		return json.Marshal(okShape{plain: p})
+		dst = append(dst, `,"ok":true,"value":`...)
+		dst = jsonenc.AppendString(dst, r.Value)
+	} else {
+		dst = append(dst, `,"ok":false`...)
 	}
-	return json.Marshal(failShape{plain: plain(r)})
+	if len(r.Structured) > 0 {
+		dst = append(dst, `,"structured":`...)
+		if dst, err = jsonenc.AppendRawMessage(dst, r.Structured); err != nil {
+			return nil, err
+		}
+	}
+	if r.CostUSD != nil {
+		dst = append(dst, `,"cost_usd":`...)
+		if dst, err = jsonenc.AppendFloat64(dst, *r.CostUSD); err != nil {
+			return nil, err
+		}
+	}
+	if !r.OK {
+		if r.Code != "" {
+			dst = append(dst, `,"code":`...)
+			dst = jsonenc.AppendString(dst, string(r.Code))
+		}
+		if r.Error != "" {
+			dst = append(dst, `,"error":`...)
+			dst = jsonenc.AppendString(dst, r.Error)
+		}
+	}
+	if r.RetryAfterMS != 0 {
+		dst = append(dst, `,"retry_after_ms":`...)
+		dst = strconv.AppendInt(dst, r.RetryAfterMS, 10)
+	}
+	if r.Truncated {
+		dst = append(dst, `,"truncated":true`...)
+	}
+	if r.OriginalChars != 0 {
+		dst = append(dst, `,"original_chars":`...)
+		dst = strconv.AppendInt(dst, int64(r.OriginalChars), 10)
+	}
+	if r.Untrusted {
+		dst = append(dst, `,"untrusted":true`...)
+	}
+	dst = append(dst, `,"duration_ms":`...)
+	dst = strconv.AppendInt(dst, r.DurationMS, 10)
+	if r.WorkerID != "" {
+		dst = append(dst, `,"worker_id":`...)
+		dst = jsonenc.AppendString(dst, r.WorkerID)
+	}
+	if r.Deliveries != 0 {
+		dst = append(dst, `,"deliveries":`...)
+		dst = strconv.AppendInt(dst, int64(r.Deliveries), 10)
+	}
+	if r.StructuredOmitted {
+		dst = append(dst, `,"structured_omitted":true`...)
+	}
+	if r.Blob != nil {
+		dst = append(dst, `,"blob":`...)
+		dst = r.Blob.appendJSON(dst)
+	}
+	return append(dst, '}'), nil
+}
+
+// sizeHint is about the size of r's JSON when no string needs escaping:
+// the capacity MarshalJSON starts with, so that most results take one
+// allocation.
+func (r *Result) sizeHint() int {
+	n := len(`{"call_id":"","batch_id":"","tool":"","ok":false,"value":"","duration_ms":-9223372036854775808}`) +
+		len(r.CallID) + len(r.BatchID) + len(r.Tool)
+	if r.OK {
+		n += len(r.Value)
+	} else {
+		n += len(`,"code":"","error":""`) + len(r.Code) + len(r.Error)
+	}
+	if len(r.Structured) > 0 {
+		n += len(`,"structured":`) + len(r.Structured)
+	}
+	if r.CostUSD != nil {
+		n += len(`,"cost_usd":`) + 24
+	}
+	if r.RetryAfterMS != 0 {
+		n += len(`,"retry_after_ms":`) + 20
+	}
+	if r.OriginalChars != 0 {
+		n += len(`,"original_chars":`) + 20
+	}
+	if r.WorkerID != "" {
+		n += len(`,"worker_id":""`) + len(r.WorkerID)
+	}
+	if r.Deliveries != 0 {
+		n += len(`,"deliveries":`) + 20
+	}
+	if r.Truncated {
+		n += len(`,"truncated":true`)
+	}
+	if r.Untrusted {
+		n += len(`,"untrusted":true`)
+	}
+	if r.StructuredOmitted {
+		n += len(`,"structured_omitted":true`)
+	}
+	if b := r.Blob; b != nil {
+		n += len(`,"blob":{"bucket":"","name":"","nuid":"","size":-9223372036854775808,"sha256":"","content_type":"","part":""}`) +
+			len(b.Bucket) + len(b.Name) + len(b.NUID) + len(b.SHA256) + len(b.ContentType) + len(b.Part)
+	}
+	return n
 }
 
 // BlobRef refers to a call's full output stored in the blobs bucket, a
@@ -120,6 +231,25 @@ const (
 	BlobTypeText = "text/plain; charset=utf-8"
 	BlobTypeJSON = "application/json"
 )
+
+// appendJSON appends b's JSON, as encoding/json writes it, to dst.
+func (b *BlobRef) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"bucket":`...)
+	dst = jsonenc.AppendString(dst, b.Bucket)
+	dst = append(dst, `,"name":`...)
+	dst = jsonenc.AppendString(dst, b.Name)
+	dst = append(dst, `,"nuid":`...)
+	dst = jsonenc.AppendString(dst, b.NUID)
+	dst = append(dst, `,"size":`...)
+	dst = strconv.AppendInt(dst, b.Size, 10)
+	dst = append(dst, `,"sha256":`...)
+	dst = jsonenc.AppendString(dst, b.SHA256)
+	dst = append(dst, `,"content_type":`...)
+	dst = jsonenc.AppendString(dst, b.ContentType)
+	dst = append(dst, `,"part":`...)
+	dst = jsonenc.AppendString(dst, b.Part)
+	return append(dst, '}')
+}
 
 // ChunkSubject returns the subject of the object's chunks,
 // $O.<bucket>.C.<nuid>, or an error when the bucket or the id is not made

@@ -1,9 +1,11 @@
 package protocol
 
 import (
-	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 
+	"github.com/capstanhq/capstan/internal/jsonenc"
 	"github.com/capstanhq/capstan/wire"
 )
 
@@ -88,14 +90,112 @@ const DecisionAnswered = "answered"
 const HeaderAuditRecords = wire.HeaderAuditRecords
 
 // EncodeAuditRecord appends rec to dst as one line of an audit message: a
-// JSON object and a newline.
+// JSON object and a newline. The object is the bytes json.Marshal writes
+// for rec, written without reflection; a Time that json.Marshal refuses
+// (a year outside [0,9999], a zone offset of 24 hours or more) is its
+// error, and dst is returned unchanged.
 func EncodeAuditRecord(dst []byte, rec *AuditRecord) ([]byte, error) {
-	b, err := json.Marshal(rec)
+	n0 := len(dst)
+	dst = slices.Grow(dst, auditSizeHint(rec))
+	dst = append(dst, `{"time":`...)
+	dst, err := jsonenc.AppendTime(dst, rec.Time)
 	if err != nil {
-		return dst, err
+		return dst[:n0], err
 	}
-	dst = append(dst, b...)
-	return append(dst, '\n'), nil
+	dst = append(dst, `,"call_id":`...)
+	dst = jsonenc.AppendString(dst, rec.CallID)
+	dst = append(dst, `,"batch_id":`...)
+	dst = jsonenc.AppendString(dst, rec.BatchID)
+	if rec.SessionID != "" {
+		dst = append(dst, `,"session_id":`...)
+		dst = jsonenc.AppendString(dst, rec.SessionID)
+	}
+	if rec.PersonalityID != "" {
+		dst = append(dst, `,"personality_id":`...)
+		dst = jsonenc.AppendString(dst, rec.PersonalityID)
+	}
+	dst = append(dst, `,"tool":`...)
+	dst = jsonenc.AppendString(dst, rec.Tool)
+	dst = append(dst, `,"decision":`...)
+	dst = jsonenc.AppendString(dst, rec.Decision)
+	if len(rec.Denials) > 0 {
+		dst = append(dst, `,"denials":[`...)
+		for i, d := range rec.Denials {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = jsonenc.AppendString(dst, d)
+		}
+		dst = append(dst, ']')
+	}
+	if rec.DenialsOmitted != 0 {
+		dst = append(dst, `,"denials_omitted":`...)
+		dst = strconv.AppendInt(dst, int64(rec.DenialsOmitted), 10)
+	}
+	dst = append(dst, `,"ok":`...)
+	dst = jsonenc.AppendBool(dst, rec.OK)
+	if rec.Code != "" {
+		dst = append(dst, `,"code":`...)
+		dst = jsonenc.AppendString(dst, string(rec.Code))
+	}
+	dst = append(dst, `,"duration_ms":`...)
+	dst = strconv.AppendInt(dst, rec.DurationMS, 10)
+	dst = append(dst, `,"worker_id":`...)
+	dst = jsonenc.AppendString(dst, rec.WorkerID)
+	if rec.Deliveries != 0 {
+		dst = append(dst, `,"deliveries":`...)
+		dst = strconv.AppendInt(dst, int64(rec.Deliveries), 10)
+	}
+	dst = append(dst, `,"args_sha256":`...)
+	dst = jsonenc.AppendString(dst, rec.ArgsSHA256)
+	dst = append(dst, `,"args_bytes":`...)
+	dst = strconv.AppendInt(dst, int64(rec.ArgsBytes), 10)
+	if rec.ResultBytes != 0 {
+		dst = append(dst, `,"result_bytes":`...)
+		dst = strconv.AppendInt(dst, int64(rec.ResultBytes), 10)
+	}
+	if rec.BlobBytes != 0 {
+		dst = append(dst, `,"blob_bytes":`...)
+		dst = strconv.AppendInt(dst, rec.BlobBytes, 10)
+	}
+	if rec.BlobSHA256 != "" {
+		dst = append(dst, `,"blob_sha256":`...)
+		dst = jsonenc.AppendString(dst, rec.BlobSHA256)
+	}
+	return append(dst, '}', '\n'), nil
+}
+
+// auditSizeHint is about the size of rec's line when no string needs
+// escaping: what EncodeAuditRecord makes room for at once.
+func auditSizeHint(rec *AuditRecord) int {
+	const number = 20 // the digits of an int64, or its sign
+	n := len(`{"time":"2006-01-02T15:04:05.999999999-07:00","call_id":"","batch_id":"","tool":"","decision":"",`+
+		`"ok":false,"duration_ms":,"worker_id":"","args_sha256":"","args_bytes":}`+"\n") + 2*number +
+		len(rec.CallID) + len(rec.BatchID) + len(rec.Tool) + len(rec.Decision) + len(rec.WorkerID) + len(rec.ArgsSHA256)
+	if rec.SessionID != "" {
+		n += len(`,"session_id":""`) + len(rec.SessionID)
+	}
+	if rec.PersonalityID != "" {
+		n += len(`,"personality_id":""`) + len(rec.PersonalityID)
+	}
+	if len(rec.Denials) > 0 {
+		n += len(`,"denials":[]`)
+		for _, d := range rec.Denials {
+			n += len(d) + len(`"",`)
+		}
+	}
+	if rec.Code != "" {
+		n += len(`,"code":""`) + len(rec.Code)
+	}
+	if rec.BlobSHA256 != "" {
+		n += len(`,"blob_sha256":""`) + len(rec.BlobSHA256)
+	}
+	for _, v := range [...]int64{int64(rec.DenialsOmitted), int64(rec.Deliveries), int64(rec.ResultBytes), rec.BlobBytes} {
+		if v != 0 {
+			n += len(`,"denials_omitted":`) + number // the longest name
+		}
+	}
+	return n
 }
 
 // DecodeAuditRecords returns the records of an audit message
