@@ -38,6 +38,10 @@
 //     docs/capabilities.md (admit), then the tool with its scoped
 //     accessors, the reducer, redaction and the result budget (run),
 //     and plans a blob for an output too large for the result (blob.go).
+//     execute hands the tool to a runner (runners.go: long-lived
+//     goroutines, reused from call to call) and waits for it, its
+//     timeout or its cancel, whichever comes first: a tool that ignores
+//     its cancellation keeps its runner, never the slot.
 //  6. deliver publishes the result with bus.PublishFirst: the results
 //     stream stores the first result of a call and refuses any later one
 //     (lostRace acks a run that lost). A publish that may succeed later is
@@ -46,6 +50,10 @@
 //  7. complete writes the audit record (audit.go: records are stored in
 //     batches by group commit) and, once it is stored, acks the call
 //     without waiting for the server, and releases the lease.
+//
+// Every bus operation of a call runs under boundCtx: a child of opsBase
+// (opTimeout, and never past the shutdown margin) carrying the call's
+// span, so its spans and log lines stay in the call's trace.
 //
 // What happens to a delivery is one of: answer it (publish a result, audit,
 // ack), hand it back (Nak(0): shutdown), retry it later (retryLater: Nak
