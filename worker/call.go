@@ -276,7 +276,7 @@ func (d *delivery) deliver(o outcome) {
 		if err == nil {
 			// At the end of the grace an attempt under way gives up: the
 			// call is handed back.
-			pctx, cancel := context.WithCancel(ctx)
+			pctx, cancel := w.boundCtx(ctx)
 			stop := context.AfterFunc(w.execBase, cancel)
 			err = d.publish(pctx, &o)
 			stop()
@@ -328,7 +328,9 @@ func (d *delivery) deliver(o outcome) {
 // that retrying cannot cure dead-letters it at once.
 func (d *delivery) answerWithoutRunning(o outcome) {
 	w, ctx := d.w, d.ctx
-	err := d.publish(ctx, &o)
+	pctx, cancel := w.boundCtx(ctx)
+	err := d.publish(pctx, &o)
+	cancel()
 	if errors.Is(err, bus.ErrSubjectTaken) {
 		d.lostRace()
 		return
@@ -351,6 +353,7 @@ func (d *delivery) answerWithoutRunning(o outcome) {
 // publishes it; o.result and o.bytes become what was published (a result
 // too large for the message limit is replaced, see publishResult). ctx is
 // the call's context, or one that ends it earlier.
+// publish publishes o's result under ctx, which bounds it (boundCtx).
 func (d *delivery) publish(ctx context.Context, o *outcome) (err error) {
 	o.result.WorkerID = d.w.cfg.WorkerID
 	o.result.Deliveries = int(d.m.Deliveries)

@@ -196,7 +196,9 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 			fmt.Sprintf("call abandoned after %d deliveries: %s", a.Deliveries, reason))
 		o.result.Deliveries = int(a.Deliveries)
 		// The abandonment result joins the call's trace.
-		size, err := w.publishResult(telemetry.Extract(context.Background(), m.Header), call.PersonalityID, call.CallID, &o.result, m.Header)
+		pctx, cancel := w.boundCtx(telemetry.Extract(context.Background(), m.Header))
+		size, err := w.publishResult(pctx, call.PersonalityID, call.CallID, &o.result, m.Header)
+		cancel()
 		if errors.Is(err, bus.ErrSubjectTaken) {
 			// Answered meanwhile by a late run: the dead letter stays
 			// (it says why the call was given up), no abandonment.

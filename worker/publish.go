@@ -41,7 +41,7 @@ func (w *Worker) opsBase() context.Context {
 // payload): a result that does not fit is cut as the budget trim cuts
 // (fitMessage), and one the server still refuses for its size is replaced
 // by the execution_failed result naming the limit. *res becomes what was
-// published; size is its body's length.
+// published; size is its body's length. ctx bounds the publish (boundCtx).
 func (w *Worker) publishResult(ctx context.Context, personality, callID string, res *protocol.Result, callHeader bus.Header) (size int, err error) {
 	batch := resultBatch(res.BatchID, callID)
 	res.BatchID = batch
@@ -57,11 +57,9 @@ func (w *Worker) publishResult(ctx context.Context, personality, callID string, 
 		return 0, fmt.Errorf("encode result: %w", err)
 	}
 	span.SetAttributes(semconv.MessagingMessageBodySize(len(data)))
-	pctx, cancel := w.boundCtx(sctx)
-	defer cancel()
 	// The first message on the subject wins (bus.PublishFirst): exactly
 	// one result per call, decided by the results stream as it stores it.
-	err = w.conn.PublishFirst(pctx, subject, data, hdr)
+	err = w.conn.PublishFirst(sctx, subject, data, hdr)
 	var tl *bus.TooLargeError
 	if errors.As(err, &tl) {
 		// The server refused what the connection said it accepts (another
@@ -74,7 +72,7 @@ func (w *Worker) publishResult(ctx context.Context, personality, callID string, 
 		if data, err = protocol.EncodeResult(res); err != nil {
 			return 0, fmt.Errorf("encode result: %w", err)
 		}
-		err = w.conn.PublishFirst(pctx, subject, data, hdr)
+		err = w.conn.PublishFirst(sctx, subject, data, hdr)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("publish result: %w", err)
@@ -110,12 +108,19 @@ func (w *Worker) fitMessage(res *protocol.Result, hdr bus.Header) ([]byte, error
 	return protocol.EncodeResult(res)
 }
 
-// boundCtx returns a context for one bus operation caused by ctx: a child
-// of opsBase (opTimeout, and never past the end of the shutdown margin)
-// that carries ctx's span, so the operation's spans and log lines stay in
-// the call's trace. A call's context carries nothing else a bus operation
-// reads (inbound baggage is never forwarded).
+// boundCtx returns a context for one bus operation caused by ctx: at most
+// opTimeout, never past the end of the shutdown margin (opsBase), and
+// carrying ctx's span, so the operation's spans and log lines stay in the
+// call's trace. A call's context carries nothing else a bus operation reads
+// (inbound baggage is never forwarded) and is never cancelled, so the
+// operation's context is one child of opsBase; a ctx that can end (a
+// result publish that gives up at the end of the grace) ends it too.
 func (w *Worker) boundCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() != nil {
+		ctx, cancel := context.WithTimeout(ctx, opTimeout)
+		stop := context.AfterFunc(w.opsBase(), cancel)
+		return ctx, func() { stop(); cancel() }
+	}
 	return context.WithTimeout(trace.ContextWithSpan(w.opsBase(), trace.SpanFromContext(ctx)), opTimeout)
 }
 
@@ -191,7 +196,9 @@ func (d *delivery) abandonUnpublished(cause error) {
 	}
 	o := refuse(call, protocol.DecisionAbandoned, protocol.CodeExecutionFailed,
 		fmt.Sprintf("call abandoned after %d deliveries: %s", max(m.Deliveries, 1), reason))
-	if err := d.publish(ctx, &o); err != nil {
+	pctx, cancel := w.boundCtx(ctx)
+	defer cancel()
+	if err := d.publish(pctx, &o); err != nil {
 		// The dead letter holds the call; its caller's wait ends with
 		// "Tool result missing".
 		rreason, _ := w.publishFault(err, w.names.ResultsStream())
