@@ -30,6 +30,9 @@ const (
 	// exitWait is how long a broken connection waits for the child's exit
 	// status, which says more than the broken pipe.
 	exitWait = 2 * time.Second
+	// stderrDrain is how long the exit reason waits for the rest of the
+	// child's stderr once it has exited.
+	stderrDrain = 200 * time.Millisecond
 )
 
 // startStdio starts the server's command as a confined child (the process
@@ -78,9 +81,17 @@ func (s *server) startStdio(life, sctx context.Context) (*conn, error) {
 	tail := &lastLine{}
 	exited := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { s.captureStderr(child.Stderr, c.values, tail) })
+	stderrDone := make(chan struct{})
+	wg.Go(func() { s.captureStderr(child.Stderr, c.values, tail); close(stderrDone) })
 	wg.Go(func() {
 		res, err := child.Wait()
+		// The exit reason quotes the last stderr line: let the capture
+		// read what the child wrote before it exited (bounded: a process
+		// the child left behind may hold the pipe open).
+		select {
+		case <-stderrDone:
+		case <-time.After(stderrDrain):
+		}
 		c.fail(exitReason(res, err, childCtx, tail))
 		close(exited)
 	})
