@@ -34,22 +34,30 @@ type auditLog struct {
 type auditLine struct {
 	subject string
 	line    []byte
-	done    chan error
+	// then is given the outcome of storing the record, on the flusher's
+	// goroutine: it must not block.
+	then func(error)
 }
 
 // write queues one record (a line of EncodeAuditRecord) for subject and
 // returns the channel that receives the outcome of storing it.
 func (a *auditLog) write(subject string, line []byte) <-chan error {
 	done := make(chan error, 1)
+	a.writeThen(subject, line, func(err error) { done <- err })
+	return done
+}
+
+// writeThen queues one record for subject and calls then with the outcome
+// of storing it, on the flusher's goroutine; then must not block.
+func (a *auditLog) writeThen(subject string, line []byte, then func(error)) {
 	a.mu.Lock()
-	a.queue = append(a.queue, auditLine{subject: subject, line: line, done: done})
+	a.queue = append(a.queue, auditLine{subject: subject, line: line, then: then})
 	start := !a.flushing
 	a.flushing = true
 	a.mu.Unlock()
 	if start {
 		go a.flush()
 	}
-	return done
 }
 
 // flush stores what is queued, batch after batch, until the queue is empty.
@@ -94,7 +102,7 @@ func (a *auditLog) store(q []auditLine) {
 			}
 			err := a.publish(context.Background(), s, body, n)
 			for _, l := range lines[:n] {
-				l.done <- err
+				l.then(err)
 			}
 			lines = lines[n:]
 		}

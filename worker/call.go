@@ -35,6 +35,10 @@ type delivery struct {
 	// lease is the call's fenced lease, nil for a call of a tool that is
 	// not exclusive (a nil lease holds nothing and is never lost).
 	lease *lease
+	// detached: the audit log finishes the delivery (complete): it acks
+	// the call, or hands it back, once the audit record is stored or
+	// cannot be, and counts its end (Worker.calls).
+	detached bool
 }
 
 // outcome is what processing a call produced.
@@ -66,11 +70,16 @@ func (w *Worker) opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(w.opsBase(), opTimeout)
 }
 
-// handle takes one delivered call from decode to ack. It owns one slot.
+// handle takes one delivered call from decode to its answer, and owns one
+// slot until then; the ack may follow later (complete).
 func (w *Worker) handle(m *bus.Msg) {
-	defer w.calls.Done()
-	defer func() { <-w.slots }()
 	d := &delivery{w: w, m: m}
+	defer func() {
+		if !d.detached {
+			w.calls.Done()
+		}
+	}()
+	defer func() { <-w.slots }()
 	d.ctx, d.cs = w.startCall(m)
 	defer d.cs.end()
 	defer func() {
@@ -83,7 +92,9 @@ func (w *Worker) handle(m *bus.Msg) {
 			reason := fmt.Sprintf("worker panicked while handling the call: %v", p)
 			w.recordFailure(d.ctx, d.call.CallID, reason)
 			w.log.ErrorContext(d.ctx, "call handler panicked; call handed back", "subject", m.Subject, "call_id", d.call.CallID, "panic", fmt.Sprint(p))
-			_ = m.Nak(retryDelay(m.Deliveries))
+			if !d.detached { // else the audit log acks it or hands it back
+				_ = m.Nak(retryDelay(m.Deliveries))
+			}
 		}
 	}()
 	d.handle()
@@ -361,19 +372,36 @@ func (d *delivery) publish(ctx context.Context, o *outcome) (err error) {
 	return err
 }
 
-// complete finishes a call whose result is stored: it writes the call's
-// audit record and, once that is stored, acks the call (without waiting:
-// the stored result answers a redelivery), releases its lease, records it
-// in the metrics and its span, and logs its outcome (with the trace id of
-// the call's span). An audit record that cannot be stored leaves the call
-// unacknowledged for a redelivery, which finds the result and writes the
-// record then (answeredBefore).
+// complete finishes a call whose result is stored. It queues the call's
+// audit record; the audit log acks the call once the record is stored
+// (without waiting: the stored result answers a redelivery), and the
+// handler does not wait for that: the call's slot is free for the next
+// call as soon as its result is stored, and the delivery is detached (its
+// end is counted when the ack is sent). complete releases the lease,
+// records the call in the metrics and its span, and logs its outcome (with
+// the trace id of the call's span). An audit record that cannot be stored
+// leaves the call unacknowledged for a redelivery, which finds the result
+// and writes the record then (answeredBefore).
 func (d *delivery) complete(o outcome) {
-	w, ctx, call := d.w, d.ctx, &d.call
-	if err := w.audit(ctx, call, o, int(d.m.Deliveries)); err != nil {
-		w.retryLater(d.ctx, d.m, call, fmt.Errorf("write audit record: %w", err))
+	w, ctx, call, m := d.w, d.ctx, &d.call, d.m
+	if subject, line, err := w.auditRecord(call, o, int(m.Deliveries)); err != nil {
+		w.retryLater(ctx, m, call, fmt.Errorf("write audit record: %w", err))
 	} else {
-		w.ack(d.ctx, d.m, call.CallID)
+		d.detached = true
+		w.audits.writeThen(subject, line, func(err error) {
+			if err == nil {
+				w.ack(ctx, m, call.CallID)
+				w.calls.Done()
+				return
+			}
+			// Not on the audit log's goroutine: retryLater writes the
+			// failure reason, a bus operation.
+			go func() {
+				defer w.calls.Done()
+				w.log.WarnContext(ctx, "cannot write audit record", "call_id", call.CallID, "error", err)
+				w.retryLater(ctx, m, call, fmt.Errorf("write audit record: %w", err))
+			}()
+		})
 	}
 	d.lease.release()
 	w.recordAnswer(ctx, call, o)

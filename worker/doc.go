@@ -47,9 +47,12 @@
 //     (lostRace acks a run that lost). A publish that may succeed later is
 //     retried for ResultRetryLimit; one that never can dead-letters the
 //     call (publish.go).
-//  7. complete writes the audit record (audit.go: records are stored in
-//     batches by group commit) and, once it is stored, acks the call
-//     without waiting for the server, and releases the lease.
+//  7. complete queues the audit record (audit.go: records are stored in
+//     batches by group commit), releases the lease and returns: the slot
+//     is free once the result is stored. The audit log acks the call,
+//     without waiting for the server, once its record is stored (or hands
+//     it back when it cannot be); until then the delivery is detached
+//     and Worker.calls still counts it, so a shutdown waits for it.
 //
 // Every bus operation of a call runs under boundCtx: a child of opsBase
 // (opTimeout, and never past the shutdown margin) carrying the call's

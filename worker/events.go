@@ -68,13 +68,28 @@ func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progre
 // batches (auditLog); audit returns once the call's record is stored, or
 // with the reason it could not be.
 func (w *Worker) audit(ctx context.Context, call *protocol.Call, o outcome, deliveries int) error {
+	subject, line, err := w.auditRecord(call, o, deliveries)
+	if err != nil {
+		return err
+	}
+	// The batch's publish is bounded (publishAudit: opTimeout, and never
+	// past the shutdown margin), so every record's outcome arrives.
+	if err = <-w.audits.write(subject, line); err != nil {
+		w.log.WarnContext(ctx, "cannot write audit record", "call_id", call.CallID, "error", err)
+	}
+	return err
+}
+
+// auditRecord returns the subject and the encoded line of the call's audit
+// record (audit).
+func (w *Worker) auditRecord(call *protocol.Call, o outcome, deliveries int) (subject string, line []byte, err error) {
 	toolTok := call.Tool
 	if !protocol.ValidToken(toolTok) {
 		toolTok = invalidToolToken
 	}
-	subject, err := w.names.AuditSubject(toolTok)
+	subject, err = w.names.AuditSubject(toolTok)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	sum := sha256.Sum256(call.Args)
 	rec := protocol.AuditRecord{
@@ -88,14 +103,9 @@ func (w *Worker) audit(ctx context.Context, call *protocol.Call, o outcome, deli
 		rec.BlobBytes, rec.BlobSHA256 = b.Size, b.SHA256
 	}
 	capAudit(&rec)
-	line, err := protocol.EncodeAuditRecord(nil, &rec)
+	line, err = protocol.EncodeAuditRecord(nil, &rec)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	// The batch's publish is bounded (publishAudit: opTimeout, and never
-	// past the shutdown margin), so every record's outcome arrives.
-	if err = <-w.audits.write(subject, line); err != nil {
-		w.log.WarnContext(ctx, "cannot write audit record", "call_id", call.CallID, "error", err)
-	}
-	return err
+	return subject, line, nil
 }

@@ -1,6 +1,10 @@
 package worker
 
-import "time"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
 // WithoutNetworkNamespaces makes w's process runners behave as on a machine
 // that allows no user namespace (for the test of the refusal).
@@ -16,4 +20,18 @@ func SetResultRetryLimit(w *Worker, d time.Duration) { w.retryLimit = d }
 func WithPrivateMCPURLs(c Config) Config {
 	c.mcpPrivateURLs = true
 	return c
+}
+
+// HoldAuditRecords makes w's audit log wait, before storing each message of
+// records, until release is called (for the tests of what waits for an
+// audit record); call it before Run.
+func HoldAuditRecords(w *Worker) (release func()) {
+	gate := make(chan struct{})
+	var once sync.Once
+	publish := w.audits.publish
+	w.audits.publish = func(ctx context.Context, subject string, body []byte, n int) error {
+		<-gate
+		return publish(ctx, subject, body, n)
+	}
+	return func() { once.Do(func() { close(gate) }) }
 }
