@@ -17,6 +17,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/tools/echo"
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker"
 	"github.com/stretchr/testify/require"
@@ -92,32 +93,7 @@ func (e *env) run(w *worker.Worker) {
 // that stops it.
 func (e *env) runStoppable(w *worker.Worker) func() {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- w.Run(ctx) }()
-	select {
-	case <-w.Ready():
-	case err := <-errc:
-		cancel()
-		e.t.Fatalf("worker stopped before ready: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		e.t.Fatal("worker not ready in 30s")
-	}
-	stopped := false
-	return func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-errc:
-			require.NoError(e.t, err)
-		case <-time.After(30 * time.Second):
-			e.t.Error("worker did not stop in 30s")
-		}
-	}
+	return workertest.Start(e.t, w, nil)
 }
 
 func (e *env) call(c protocol.Call) protocol.Call {

@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/tools/echo"
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/capstanhq/capstan/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -31,23 +31,13 @@ func TestWorkerUsesTheCallersConnection(t *testing.T) {
 
 	w, err := worker.New(worker.Config{NATSConn: nc, WorkerID: "own-conn", Logger: quietLogger(), ShutdownGrace: time.Millisecond}, echo.Tool())
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("worker stopped: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker not ready")
-	}
+	stop := workertest.Start(t, w, nil)
 	_, running := w.Embedded()
 	require.False(t, running)
 	e.call(protocol.Call{CallID: "oc1", Tool: "echo", Args: json.RawMessage(`{"text":"mine"}`)})
 	r := e.result("oc1", "oc1")
 	require.True(t, r.OK, r.Error)
 	require.Equal(t, "own-conn", r.WorkerID)
-	cancel()
-	require.NoError(t, <-done)
+	stop() // fails the test if Run returned an error
 	require.True(t, nc.IsConnected(), "the caller's connection stays open")
 }

@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	var soak int
 	fs.DurationVar(&cfg.Duration, "duration", 0, "measured time of each run (default 5s)")
 	fs.DurationVar(&cfg.Warmup, "warmup", 0, "load before each measurement (default 1s)")
-	fs.IntVar(&cfg.Repeats, "repeats", 0, "runs of every scenario, interleaved; medians and min–max are reported (default 3)")
+	fs.IntVar(&cfg.Repeats, "repeats", 0, "runs of every scenario, interleaved (the order reversed every second repeat); medians and min–max are reported (default 3)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "worker slots and raw handlers for echo (default 64)")
 	fs.IntVar(&cfg.SleepConcurrency, "sleep-concurrency", 0, "worker slots and raw handlers for echo sleep_ms (default 256)")
 	fs.IntVar(&cfg.Outstanding, "outstanding", 0, "calls in flight at saturation, as a multiple of the slots (default 2)")

@@ -14,6 +14,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/tools/echo"
+	"github.com/capstanhq/capstan/internal/workertest"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker"
 )
@@ -81,24 +82,7 @@ func Start(t testing.TB) *Pool {
 	if err != nil {
 		t.Fatalf("worker: %v", err)
 	}
-	wctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		stop()
-		t.Fatalf("worker stopped before it was ready: %v", err)
-	case <-time.After(30 * time.Second):
-		stop()
-		t.Fatal("worker not ready in 30s")
-	}
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	})
+	workertest.Run(t, w, nil)
 	return p
 }
 
