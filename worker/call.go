@@ -368,7 +368,7 @@ func (d *delivery) answerWithoutRunning(o outcome) {
 func (d *delivery) publish(ctx context.Context, o *outcome) (err error) {
 	o.result.WorkerID = d.w.cfg.WorkerID
 	o.result.Deliveries = int(d.m.Deliveries)
-	o.bytes, err = d.w.publishResult(ctx, d.call.PersonalityID, d.call.CallID, &o.result, d.m.Header)
+	o.bytes, err = d.w.sendResult(ctx, d.call.PersonalityID, d.call.CallID, &o.result, d.m.Header)
 	return err
 }
 

@@ -2,8 +2,13 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
 )
 
 // WithoutNetworkNamespaces makes w's process runners behave as on a machine
@@ -34,4 +39,34 @@ func HoldAuditRecords(w *Worker) (release func()) {
 		return publish(ctx, subject, body, n)
 	}
 	return func() { once.Do(func() { close(gate) }) }
+}
+
+// HeldPublish is how one result publish held by HoldResultPublishes ended.
+type HeldPublish struct {
+	CallID string
+	// Err is the publish's context's error when it ended.
+	Err error
+	// GraceOver: the worker's execution base had ended (errShutdown: the
+	// shutdown grace was over) when the publish's context ended.
+	GraceOver bool
+	// MarginOver: the worker's operations context had ended (the shutdown
+	// margin was over) when the publish's context ended.
+	MarginOver bool
+}
+
+// HoldResultPublishes makes every result publish of w's deliveries wait
+// until its context ends, and fail then without publishing anything.
+// started receives the call id of each publish as it begins to wait, ended
+// how it ended (both hold 16 before they block). Call it before Run.
+func HoldResultPublishes(w *Worker) (started <-chan string, ended <-chan HeldPublish) {
+	s, e := make(chan string, 16), make(chan HeldPublish, 16)
+	w.sendResult = func(ctx context.Context, _, callID string, _ *protocol.Result, _ bus.Header) (int, error) {
+		s <- callID
+		<-ctx.Done()
+		e <- HeldPublish{CallID: callID, Err: ctx.Err(),
+			GraceOver:  errors.Is(context.Cause(w.execBase), errShutdown),
+			MarginOver: w.ops.Err() != nil}
+		return 0, fmt.Errorf("publish result: %w", ctx.Err())
+	}
+	return s, e
 }

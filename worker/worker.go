@@ -65,6 +65,9 @@ type Worker struct {
 	blobsOn atomic.Bool
 	// retryLimit is ResultRetryLimit (tests shorten it).
 	retryLimit time.Duration
+	// sendResult publishes a delivery's result: publishResult (a test
+	// replaces it to hold the publish).
+	sendResult func(ctx context.Context, personality, callID string, res *protocol.Result, callHeader bus.Header) (int, error)
 	// embedded is the embedded server while Run has one running.
 	embedded atomic.Pointer[EmbeddedServer]
 
@@ -110,6 +113,7 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 		retryLimit: ResultRetryLimit,
 	}
 	w.audits = auditLog{publish: w.publishAudit, limit: w.auditLimit}
+	w.sendResult = w.publishResult
 	if w.obs, err = newObserver(cfg.TracerProvider, cfg.MeterProvider); err != nil {
 		return nil, err
 	}
