@@ -133,3 +133,29 @@ func strictWithExactNames(data []byte) bool {
 		}
 	}
 }
+
+// BenchmarkDecodePubAck compares the ack's decoding with what
+// jetstream.PublishMsg does (encoding/json into its response type).
+func BenchmarkDecodePubAck(b *testing.B) {
+	ack := []byte(`{"stream":"CAPSTAN_RESULTS","seq":1234567}`)
+	b.Run("v2", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodePubAck(ack); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var resp struct {
+				Error *jetstream.APIError `json:"error,omitempty"`
+				*jetstream.PubAck
+			}
+			if err := json.Unmarshal(ack, &resp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
