@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/capstanhq/capstan/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -166,4 +168,116 @@ func TestKVUnavailableHandsTheCallBack(t *testing.T) {
 	require.Regexp(t, `^call abandoned after 2 deliveries: kv set: capability backend unavailable: `, r.Error,
 		"a storage fault is retried and dead-lettered, never answered as the tool's failure")
 	require.Equal(t, 2, r.Deliveries)
+}
+
+// TestUnrefreshableLeaseTurnsReadinessRed: the leases bucket is deleted
+// under a worker (one slot, AckWait 3 s) while it runs a call of an
+// exclusive tool. Deleting the bucket's stream is the simplest realistic
+// fault (an operator's or an accident's change behind Capstan's back; a
+// server from deploy/nats cannot have its permissions changed mid-test):
+// nothing recreates the bucket while the worker runs (EnsureTopology runs
+// when a component connects), every lease write then fails at once (no
+// stream answers a publish on the bucket's subjects), and the calls stream
+// still takes the heartbeat's InProgress, so the call is neither
+// redelivered nor cancelled.
+//
+// /readyz stays green right after the fault, and fails its slots check,
+// naming the call and the refresh's error, only once the lease has gone
+// unrefreshed for longer than AckWait. When the tool returns, its result is
+// held back: the lease cannot be confirmed (a fenced refresh) before the
+// publish, so the publish is retried, and /readyz names the result as
+// unpublishable with the lease's error. When the bucket comes back (a
+// component connects and recreates it), the worker takes the lease again
+// in the new bucket and publishes the result it kept: the call is answered
+// once, on delivery 1, by its only execution, its lease is released, and
+// /readyz is green again.
+func TestUnrefreshableLeaseTurnsReadinessRed(t *testing.T) {
+	t.Parallel()
+	const ackWait = 3 * time.Second
+	e := newEnv(t)
+	var runs atomic.Int32
+	started, release := make(chan struct{}, 4), make(chan struct{})
+	hold := tool.Tool{Name: "hold", Description: "runs until released", SideEffects: tool.SideEffectsExclusive,
+		Execute: func(ctx context.Context, _ json.RawMessage, _ *tool.Context) (tool.Result, error) {
+			runs.Add(1)
+			started <- struct{}{}
+			select {
+			case <-release:
+				return tool.OK("released"), nil
+			case <-ctx.Done():
+				return tool.Result{}, context.Cause(ctx)
+			}
+		}}
+	w := e.start(worker.Config{AckWait: ackWait, Concurrency: 1}, hold)
+	js := e.js() // connected before the fault: a raw connection ensures nothing
+
+	e.call(protocol.Call{CallID: "held", Tool: "hold"})
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call did not start")
+	}
+	_, found, err := e.conn.ReadKey(ctxT(t), bus.Leases, "held")
+	require.NoError(t, err)
+	require.True(t, found, "an exclusive call runs under a lease")
+
+	faultAt := time.Now()
+	require.NoError(t, js.DeleteStream(ctxT(t), "KV_"+e.names.LeasesBucket()))
+	code, rd := readiness(t, w.Handler())
+	require.Equal(t, http.StatusOK, code, "%+v", rd)
+	require.Equal(t, "ok", rd.Checks["slots"], "a lease may fail to refresh for up to AckWait")
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		code, rd = readiness(t, w.Handler())
+		assert.Equal(c, http.StatusServiceUnavailable, code)
+		assert.Contains(c, rd.Checks["slots"], "lease not refreshed")
+	}, 30*time.Second, 100*time.Millisecond, "the slots check names the call whose lease cannot be refreshed")
+	require.Greater(t, time.Since(faultAt), ackWait, "not before the lease went unrefreshed for longer than AckWait")
+	require.Equal(t, "not_ready", rd.Status)
+	slots := rd.Checks["slots"]
+	require.Regexp(t, `^1 of 1 slots held by calls that cannot finish: call held \(hold\): lease not refreshed for \d+s: bus: update `+
+		e.names.LeasesBucket()+`/held: nats: no response from stream$`, slots)
+	t.Logf("slots failing %s after the fault: %s", time.Since(faultAt).Round(100*time.Millisecond), slots)
+	require.EqualValues(t, 1, runs.Load(), "the call runs on: a refresh that fails is not a lost lease")
+	require.Empty(t, started, "not redelivered meanwhile: the heartbeat's InProgress still reaches the calls stream")
+
+	// The tool returns; the lease cannot be confirmed, so its result is
+	// held back and retried.
+	close(release)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, rd = readiness(t, w.Handler())
+		assert.Contains(c, rd.Checks["slots"], "result unpublishable")
+	}, 30*time.Second, 100*time.Millisecond, "the slots check names the result held back")
+	slots = rd.Checks["slots"]
+	require.Regexp(t, `^1 of 1 slots held by calls that cannot finish: call held \(hold\): result unpublishable for \d+s: bus: update `+
+		e.names.LeasesBucket()+`/held: nats: no response from stream$`, slots)
+	require.Zero(t, e.resultsOn("held", "held"), "no result while the lease cannot be confirmed")
+
+	// A component that connects recreates the missing bucket.
+	bustest.Conn(t, e.url, "")
+	r := e.result("held", "held")
+	require.True(t, r.OK, "%s: %s", r.Code, r.Error)
+	require.Equal(t, "released", r.Value)
+	require.Equal(t, 1, r.Deliveries)
+	e.waitCallsDrained()
+	require.Equal(t, 1, e.resultsOn("held", "held"))
+	require.EqualValues(t, 1, runs.Load())
+	// The result was published under a lease taken again in the new
+	// bucket, and that lease was then released: its key's last message
+	// there is the release's purge marker.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		s, err := js.Stream(ctxT(t), "KV_"+e.names.LeasesBucket())
+		if !assert.NoError(c, err) {
+			return
+		}
+		m, err := s.GetLastMsgForSubject(ctxT(t), "$KV."+e.names.LeasesBucket()+".held")
+		if assert.NoError(c, err) {
+			assert.Equal(c, "PURGE", m.Header.Get("KV-Operation"))
+		}
+	}, 10*time.Second, 50*time.Millisecond, "the lease taken again in the new bucket is released")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		code, rd = readiness(t, w.Handler())
+		assert.Equal(c, http.StatusOK, code)
+		assert.Equal(c, "ok", rd.Checks["slots"])
+	}, 10*time.Second, 100*time.Millisecond, "/readyz green once the slot is free")
 }

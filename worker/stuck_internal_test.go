@@ -11,8 +11,8 @@ import (
 // TestStuckCallsForReadiness: a running call counts as stuck for /readyz
 // once its result has been unpublishable for resultStuckAfter, or its lease
 // has not been refreshed for longer than AckWait; clearing the reason
-// clears it. The lease case has no end-to-end test: it needs the leases
-// bucket to fail while the call holds its lease.
+// clears it. TestUnrefreshableLeaseTurnsReadinessRed shows the lease case
+// end to end, with the leases bucket deleted under a running call.
 func TestStuckCallsForReadiness(t *testing.T) {
 	t.Parallel()
 	const ackWait = 30 * time.Second
