@@ -78,11 +78,15 @@ const resultStuckAfter = 5 * time.Second
 
 // stuck records that the call cannot finish for reason k (since the first
 // time, with the last error).
-func (r *running) stuck(k stuckKind, err error) {
+func (r *running) stuck(k stuckKind, err error) { r.stuckSince(k, time.Now(), err) }
+
+// stuckSince records that the call cannot finish for reason k since the
+// time given the first time, with the last error.
+func (r *running) stuckSince(k stuckKind, since time.Time, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stuckAt[k].since.IsZero() {
-		r.stuckAt[k].since = time.Now()
+		r.stuckAt[k].since = since
 	}
 	r.stuckAt[k].err = err.Error()
 }
@@ -96,7 +100,8 @@ func (r *running) unstuck(k stuckKind) {
 
 // stuckReason says why the call cannot finish, or "" when it can: its
 // result unpublishable for resultStuckAfter, or its lease not refreshed
-// for longer than ackWait (the call is then redelivered elsewhere).
+// for longer than ackWait, counted from its last refresh (the call runs
+// on, and its result waits until the lease can be confirmed again).
 func (r *running) stuckReason(now time.Time, ackWait time.Duration) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -154,6 +154,7 @@ func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *running) (stop func()) {
 	var mu sync.Mutex // held by a heartbeat under way and by stop
 	stopped := false
 	var t *time.Timer
+	refreshed := time.Now() // the lease was taken just before
 	beat := func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -168,9 +169,11 @@ func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *running) (stop func()) {
 			return
 		}
 		if err != nil {
-			r.stuck(stuckLease, err)
+			// Unrefreshed since the last refresh, not since this failure.
+			r.stuckSince(stuckLease, refreshed, err)
 			w.log.WarnContext(l.ctx, "cannot refresh call lease", "call_id", l.callID, "error", err)
 		} else {
+			refreshed = time.Now()
 			r.unstuck(stuckLease)
 		}
 		t.Reset(w.timing.Heartbeat())

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"regexp"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,7 +185,7 @@ func TestKVUnavailableHandsTheCallBack(t *testing.T) {
 //
 // /readyz stays green right after the fault, and fails its slots check,
 // naming the call and the refresh's error, only once the lease has gone
-// unrefreshed for longer than AckWait. When the tool returns, its result is
+// unrefreshed for longer than AckWait (counted from its last refresh). When the tool returns, its result is
 // held back: the lease cannot be confirmed (a fenced refresh) before the
 // publish, so the publish is retried, and /readyz names the result as
 // unpublishable with the lease's error. When the bucket comes back (a
@@ -211,6 +213,7 @@ func TestUnrefreshableLeaseTurnsReadinessRed(t *testing.T) {
 	w := e.start(worker.Config{AckWait: ackWait, Concurrency: 1}, hold)
 	js := e.js() // connected before the fault: a raw connection ensures nothing
 
+	leaseTaken := time.Now() // no later than the lease is taken
 	e.call(protocol.Call{CallID: "held", Tool: "hold"})
 	select {
 	case <-started:
@@ -232,11 +235,16 @@ func TestUnrefreshableLeaseTurnsReadinessRed(t *testing.T) {
 		assert.Equal(c, http.StatusServiceUnavailable, code)
 		assert.Contains(c, rd.Checks["slots"], "lease not refreshed")
 	}, 30*time.Second, 100*time.Millisecond, "the slots check names the call whose lease cannot be refreshed")
-	require.Greater(t, time.Since(faultAt), ackWait, "not before the lease went unrefreshed for longer than AckWait")
+	require.Greater(t, time.Since(leaseTaken), ackWait, "not before the lease went unrefreshed for longer than AckWait")
 	require.Equal(t, "not_ready", rd.Status)
 	slots := rd.Checks["slots"]
-	require.Regexp(t, `^1 of 1 slots held by calls that cannot finish: call held \(hold\): lease not refreshed for \d+s: bus: update `+
-		e.names.LeasesBucket()+`/held: nats: no response from stream$`, slots)
+	m := regexp.MustCompile(`^1 of 1 slots held by calls that cannot finish: call held \(hold\): lease not refreshed for (\d+)s: bus: update ` +
+		e.names.LeasesBucket() + `/held: nats: no response from stream$`).FindStringSubmatch(slots)
+	require.NotNil(t, m, slots)
+	unrefreshed, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	// Counted from the last refresh (at most AckWait/3 before the fault).
+	require.GreaterOrEqual(t, time.Duration(unrefreshed)*time.Second, ackWait, slots)
 	t.Logf("slots failing %s after the fault: %s", time.Since(faultAt).Round(100*time.Millisecond), slots)
 	require.EqualValues(t, 1, runs.Load(), "the call runs on: a refresh that fails is not a lost lease")
 	require.Empty(t, started, "not redelivered meanwhile: the heartbeat's InProgress still reaches the calls stream")
