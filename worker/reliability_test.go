@@ -48,6 +48,42 @@ func (l *ledgerTool) tool() tool.Tool {
 	}}
 }
 
+// holdTool is an exclusive tool, "hold", whose calls run until the test
+// releases them (or until their context ends); it counts its executions.
+type holdTool struct {
+	runs    atomic.Int32
+	started chan struct{}
+	release chan struct{}
+}
+
+func newHoldTool() *holdTool {
+	return &holdTool{started: make(chan struct{}, 4), release: make(chan struct{})}
+}
+
+func (h *holdTool) tool() tool.Tool {
+	return tool.Tool{Name: "hold", Description: "runs until released", SideEffects: tool.SideEffectsExclusive,
+		Execute: func(ctx context.Context, _ json.RawMessage, _ *tool.Context) (tool.Result, error) {
+			h.runs.Add(1)
+			h.started <- struct{}{}
+			select {
+			case <-h.release:
+				return tool.OK("released"), nil
+			case <-ctx.Done():
+				return tool.Result{}, context.Cause(ctx)
+			}
+		}}
+}
+
+// waitStarted waits until a call of the tool has started.
+func (h *holdTool) waitStarted(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call did not start")
+	}
+}
+
 func TestLeaseLostMidCallIsNeitherAnsweredNorAcked(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -197,29 +233,13 @@ func TestUnrefreshableLeaseTurnsReadinessRed(t *testing.T) {
 	t.Parallel()
 	const ackWait = 3 * time.Second
 	e := newEnv(t)
-	var runs atomic.Int32
-	started, release := make(chan struct{}, 4), make(chan struct{})
-	hold := tool.Tool{Name: "hold", Description: "runs until released", SideEffects: tool.SideEffectsExclusive,
-		Execute: func(ctx context.Context, _ json.RawMessage, _ *tool.Context) (tool.Result, error) {
-			runs.Add(1)
-			started <- struct{}{}
-			select {
-			case <-release:
-				return tool.OK("released"), nil
-			case <-ctx.Done():
-				return tool.Result{}, context.Cause(ctx)
-			}
-		}}
-	w := e.start(worker.Config{AckWait: ackWait, Concurrency: 1}, hold)
+	hold := newHoldTool()
+	w := e.start(worker.Config{AckWait: ackWait, Concurrency: 1}, hold.tool())
 	js := e.js() // connected before the fault: a raw connection ensures nothing
 
 	leaseTaken := time.Now() // no later than the lease is taken
 	e.call(protocol.Call{CallID: "held", Tool: "hold"})
-	select {
-	case <-started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call did not start")
-	}
+	hold.waitStarted(t)
 	_, found, err := e.conn.ReadKey(ctxT(t), bus.Leases, "held")
 	require.NoError(t, err)
 	require.True(t, found, "an exclusive call runs under a lease")
@@ -246,12 +266,12 @@ func TestUnrefreshableLeaseTurnsReadinessRed(t *testing.T) {
 	// Counted from the last refresh (at most AckWait/3 before the fault).
 	require.GreaterOrEqual(t, time.Duration(unrefreshed)*time.Second, ackWait, slots)
 	t.Logf("slots failing %s after the fault: %s", time.Since(faultAt).Round(100*time.Millisecond), slots)
-	require.EqualValues(t, 1, runs.Load(), "the call runs on: a refresh that fails is not a lost lease")
-	require.Empty(t, started, "not redelivered meanwhile: the heartbeat's InProgress still reaches the calls stream")
+	require.EqualValues(t, 1, hold.runs.Load(), "the call runs on: a refresh that fails is not a lost lease")
+	require.Empty(t, hold.started, "not redelivered meanwhile: the heartbeat's InProgress still reaches the calls stream")
 
 	// The tool returns; the lease cannot be confirmed, so its result is
 	// held back and retried.
-	close(release)
+	close(hold.release)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, rd = readiness(t, w.Handler())
 		assert.Contains(c, rd.Checks["slots"], "result unpublishable")
@@ -269,7 +289,7 @@ func TestUnrefreshableLeaseTurnsReadinessRed(t *testing.T) {
 	require.Equal(t, 1, r.Deliveries)
 	e.waitCallsDrained()
 	require.Equal(t, 1, e.resultsOn("held", "held"))
-	require.EqualValues(t, 1, runs.Load())
+	require.EqualValues(t, 1, hold.runs.Load())
 	// The result was published under a lease taken again in the new
 	// bucket, and that lease was then released: its key's last message
 	// there is the release's purge marker.
@@ -288,4 +308,131 @@ func TestUnrefreshableLeaseTurnsReadinessRed(t *testing.T) {
 		assert.Equal(c, http.StatusOK, code)
 		assert.Equal(c, "ok", rd.Checks["slots"])
 	}, 10*time.Second, 100*time.Millisecond, "/readyz green once the slot is free")
+}
+
+// TestLeaseBucketGoneForGoodAbandonsTheHeldResult: as in
+// TestUnrefreshableLeaseTurnsReadinessRed, the leases bucket's stream is
+// deleted under a running call of an exclusive tool (one slot, AckWait
+// 3 s), but here nothing ever recreates it: no component connects to the
+// server during the test. Once the lease has gone unrefreshed for longer
+// than AckWait (so that confirming it needs a refresh, which fails), the
+// tool returns; its result is held back and retried, the lease's error
+// making it unpublishable, until the retry limit (shortened to 10 s; each
+// failed confirmation takes about half a second, the client retrying a
+// publish nobody answers, and the backoff grows to 3.2 s by then, so the
+// worker gives up a little over 10 s after the tool returned, and /readyz
+// names the held result from 5 s on). Then the worker gives up as deliver
+// does for any result it cannot publish (abandonUnpublished): it dead-letters
+// the call (`result not published within 10s: <the lease's error>`),
+// publishes the abandonment result without confirming the lease again,
+// audits the call (decision abandoned) and acks it. The call is answered
+// once, by its only execution, and /readyz is green again; the bucket is
+// still gone.
+func TestLeaseBucketGoneForGoodAbandonsTheHeldResult(t *testing.T) {
+	t.Parallel()
+	const ackWait, retryLimit = 3 * time.Second, 10 * time.Second
+	e := newEnv(t)
+	hold := newHoldTool()
+	w, err := worker.New(worker.Config{NATSURL: e.url, NATSCreds: bustest.Creds(e.url), WorkerID: "gone-1", AckWait: ackWait, Concurrency: 1,
+		ShutdownGrace: 2 * time.Second, Logger: quietLogger()}, hold.tool())
+	require.NoError(t, err)
+	worker.SetResultRetryLimit(w, retryLimit)
+	e.run(w)
+	js := e.js() // connected before the fault: a raw connection ensures nothing
+	dlq := e.tail(e.names.DLQStream(), e.names.Prefix()+".dlq.>")
+	audit := e.tail(e.names.AuditStream(), e.names.Prefix()+".audit.hold")
+	bucket := e.names.LeasesBucket()
+	leaseErr := "bus: update " + bucket + "/gone: nats: no response from stream"
+
+	e.call(protocol.Call{CallID: "gone", Tool: "hold"})
+	hold.waitStarted(t)
+	_, found, err := e.conn.ReadKey(ctxT(t), bus.Leases, "gone")
+	require.NoError(t, err)
+	require.True(t, found, "an exclusive call runs under a lease")
+	code, rd := readiness(t, w.Handler())
+	require.Equal(t, http.StatusOK, code, "%+v", rd)
+
+	require.NoError(t, js.DeleteStream(ctxT(t), "KV_"+bucket))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		code, rd = readiness(t, w.Handler())
+		assert.Equal(c, http.StatusServiceUnavailable, code)
+		assert.Regexp(c, `^1 of 1 slots held by calls that cannot finish: call gone \(hold\): lease not refreshed for \d+s: `+regexp.QuoteMeta(leaseErr)+`$`, rd.Checks["slots"])
+	}, 30*time.Second, 100*time.Millisecond, "the slots check names the call whose lease cannot be refreshed")
+
+	// The tool returns; the lease cannot be confirmed, so its result is
+	// held back and retried.
+	close(hold.release)
+	released := time.Now()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		code, rd = readiness(t, w.Handler())
+		assert.Equal(c, http.StatusServiceUnavailable, code)
+		assert.Contains(c, rd.Checks["slots"], "result unpublishable")
+	}, 30*time.Second, 50*time.Millisecond, "the slots check names the result held back")
+	require.Regexp(t, `^1 of 1 slots held by calls that cannot finish: call gone \(hold\): result unpublishable for \d+s: `+regexp.QuoteMeta(leaseErr)+`$`, rd.Checks["slots"])
+	require.Zero(t, e.resultsOn("gone", "gone"), "no result while the lease cannot be confirmed")
+
+	// The retry limit passes: the call is dead-lettered with the lease's
+	// error as the reason...
+	reason := "result not published within 10s: " + leaseErr
+	d := recv(t, dlq)
+	t.Logf("dead-lettered %s after the tool returned", time.Since(released).Round(100*time.Millisecond))
+	require.Equal(t, e.names.Prefix()+".dlq.hold", d.Subject)
+	require.Equal(t, reason, d.Header.Get(protocol.HeaderDeadReason))
+	require.Equal(t, "1", d.Header.Get(protocol.HeaderDeliveries))
+	require.Equal(t, e.names.Prefix()+".call.default.default.hold", d.Header.Get(protocol.HeaderOriginalSubject))
+	dead, err := protocol.DecodeCall(d.Data)
+	require.NoError(t, err)
+	require.Equal(t, "gone", dead.CallID, "the dead letter holds the call's body")
+
+	// ...and answered with its abandonment result, published although the
+	// lease still cannot be confirmed; it carries this worker's id and no
+	// duration (it is not the tool's result).
+	r := e.result("gone", "gone")
+	require.False(t, r.OK)
+	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
+	require.Equal(t, "call abandoned after 1 deliveries: "+reason, r.Error)
+	require.Equal(t, 1, r.Deliveries)
+	require.Equal(t, "gone-1", r.WorkerID)
+	require.Zero(t, r.DurationMS)
+	require.Empty(t, r.Value)
+
+	// Acked: the calls stream no longer holds the call, and the pool's
+	// consumer has nothing pending or unacknowledged.
+	e.waitCallsDrained()
+	cons, err := js.Consumer(ctxT(t), e.names.CallsStream(), "default")
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		info, err := cons.Info(ctxT(t))
+		if assert.NoError(c, err) {
+			assert.Zero(c, info.NumAckPending)
+			assert.Zero(c, info.NumPending)
+			assert.Zero(c, info.NumRedelivered)
+		}
+	}, 10*time.Second, 50*time.Millisecond)
+
+	rec, _ := auditOn(t, audit, "gone")
+	require.Equal(t, protocol.DecisionAbandoned, rec.Decision)
+	require.False(t, rec.OK)
+	require.Equal(t, protocol.CodeExecutionFailed, rec.Code)
+	require.Equal(t, 1, rec.Deliveries)
+	require.Equal(t, "gone-1", rec.WorkerID)
+	require.Zero(t, rec.DurationMS)
+	require.Positive(t, rec.ResultBytes, "the record counts the abandonment result")
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		code, rd = readiness(t, w.Handler())
+		assert.Equal(c, http.StatusOK, code)
+		assert.Equal(c, "ok", rd.Checks["slots"])
+	}, 10*time.Second, 100*time.Millisecond, "/readyz green once the slot is free")
+
+	// Answered once, by the only execution, with one dead letter; and the
+	// bucket never came back.
+	require.Equal(t, 1, e.resultsOn("gone", "gone"))
+	require.EqualValues(t, 1, hold.runs.Load())
+	require.Empty(t, hold.started, "not redelivered")
+	n, err := e.conn.StreamMsgs(ctxT(t), e.names.DLQStream())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	_, err = js.Stream(ctxT(t), "KV_"+bucket)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 }
