@@ -323,7 +323,7 @@ func (d *delivery) deliver(o outcome) {
 			return
 		}
 		if time.Since(start) >= w.retryLimit {
-			d.abandonUnpublished(err)
+			d.abandonUnpublished(o, err)
 			return
 		}
 		w.log.WarnContext(ctx, "cannot publish result; retrying", "call_id", d.call.CallID, "attempt", attempt, "retry_in", delay.String(), "error", err)

@@ -178,13 +178,14 @@ func (d *delivery) undeliverable(o outcome, cause error) {
 	w.log.ErrorContext(ctx, "result not publishable; call dead-lettered", "call_id", call.CallID, "tool", call.Tool, "error", cause)
 }
 
-// abandonUnpublished gives up a result that could not be published for
-// ResultRetryLimit: the call is dead-lettered and answered with the
-// abandonment result. When the dead letter cannot be published either (the
+// abandonUnpublished gives up the outcome o of a run whose result could not
+// be published for ResultRetryLimit: the call is dead-lettered and answered
+// with the abandonment result, which keeps the run's duration_ms (the tool
+// ran) but none of its output. When the dead letter cannot be published either (the
 // bus is still down), the call is handed back with backoff: a later
 // delivery runs it again, and after MaxDeliver deliveries the advisory's
 // handler abandons it.
-func (d *delivery) abandonUnpublished(cause error) {
+func (d *delivery) abandonUnpublished(ran outcome, cause error) {
 	w, ctx, m, call := d.w, d.ctx, d.m, &d.call
 	reason := capReason(fmt.Sprintf("result not published within %s: %v", w.retryLimit, cause))
 	if err := w.deadLetter(m, dlqToolToken(call.Tool), reason); err != nil {
@@ -196,6 +197,7 @@ func (d *delivery) abandonUnpublished(cause error) {
 	}
 	o := refuse(call, protocol.DecisionAbandoned, protocol.CodeExecutionFailed,
 		fmt.Sprintf("call abandoned after %d deliveries: %s", max(m.Deliveries, 1), reason))
+	o.result.DurationMS = ran.result.DurationMS
 	pctx, cancel := w.boundCtx(ctx)
 	defer cancel()
 	if err := d.publish(pctx, &o); err != nil {

@@ -324,8 +324,8 @@ func TestUnrefreshableLeaseTurnsReadinessRed(t *testing.T) {
 // names the held result from 5 s on). Then the worker gives up as deliver
 // does for any result it cannot publish (abandonUnpublished): it dead-letters
 // the call (`result not published within 10s: <the lease's error>`),
-// publishes the abandonment result without confirming the lease again,
-// audits the call (decision abandoned) and acks it. The call is answered
+// publishes the abandonment result (with the run's duration_ms, none of
+// its output) without confirming the lease again, audits the call (decision abandoned) and acks it. The call is answered
 // once, by its only execution, and /readyz is green again; the bucket is
 // still gone.
 func TestLeaseBucketGoneForGoodAbandonsTheHeldResult(t *testing.T) {
@@ -385,15 +385,16 @@ func TestLeaseBucketGoneForGoodAbandonsTheHeldResult(t *testing.T) {
 	require.Equal(t, "gone", dead.CallID, "the dead letter holds the call's body")
 
 	// ...and answered with its abandonment result, published although the
-	// lease still cannot be confirmed; it carries this worker's id and no
-	// duration (it is not the tool's result).
+	// lease still cannot be confirmed; it carries this worker's id and the
+	// run's duration (the tool ran, held past AckWait), but none of its
+	// output.
 	r := e.result("gone", "gone")
 	require.False(t, r.OK)
 	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
 	require.Equal(t, "call abandoned after 1 deliveries: "+reason, r.Error)
 	require.Equal(t, 1, r.Deliveries)
 	require.Equal(t, "gone-1", r.WorkerID)
-	require.Zero(t, r.DurationMS)
+	require.GreaterOrEqual(t, r.DurationMS, ackWait.Milliseconds(), "duration_ms is the run's: the tool was held past AckWait")
 	require.Empty(t, r.Value)
 
 	// Acked: the calls stream no longer holds the call, and the pool's
@@ -416,7 +417,7 @@ func TestLeaseBucketGoneForGoodAbandonsTheHeldResult(t *testing.T) {
 	require.Equal(t, protocol.CodeExecutionFailed, rec.Code)
 	require.Equal(t, 1, rec.Deliveries)
 	require.Equal(t, "gone-1", rec.WorkerID)
-	require.Zero(t, rec.DurationMS)
+	require.Equal(t, r.DurationMS, rec.DurationMS, "the record's duration is the result's")
 	require.Positive(t, rec.ResultBytes, "the record counts the abandonment result")
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
