@@ -81,7 +81,7 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running
 		return refusal(call, ref)
 	}
 	pid := cmp.Or(call.PersonalityID, w.cfg.DefaultPersonality)
-	p, err := w.policies.get(pid)
+	p, err := w.policies.current(ctx, pid)
 	if err != nil {
 		return refuse(call, protocol.DecisionPersonality, protocol.CodeNotAvailable, err.Error())
 	}
