@@ -72,7 +72,8 @@ type Readiness struct {
 // is pulling calls; "nats": the connection is up; "streams": the calls and
 // results streams answer; "secrets": the secrets backend's Health, when it
 // has one; "slots": no slot is held by a call that cannot finish, see
-// checkSlots) and those added with AddReadyCheck.
+// checkSlots; "disk": the data directory's file system has at least
+// Config.MinFreeDisk free) and those added with AddReadyCheck.
 func (w *Worker) Readiness(ctx context.Context) Readiness {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
@@ -82,6 +83,7 @@ func (w *Worker) Readiness(ctx context.Context) Readiness {
 		"streams":   w.checkStreams,
 		"secrets":   w.checkSecrets,
 		"slots":     w.checkSlots,
+		"disk":      func(context.Context) error { return w.disk.check() },
 	}
 	w.health.mu.Lock()
 	maps.Copy(checks, w.health.checks)

@@ -123,6 +123,12 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running
 	if msg := w.networkRefused(grant); msg != "" {
 		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, msg)
 	}
+	if !call.DryRun && needsDisk(grant) {
+		// Hand back: a worker with space, or this one later, runs it.
+		if err := w.disk.low(); err != nil {
+			return outcome{infra: err}
+		}
+	}
 	if grant.FS != nil {
 		tc.WorkingDir = grant.FS.WorkingDir
 	}

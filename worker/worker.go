@@ -42,6 +42,9 @@ type Worker struct {
 	conn     *bus.Conn
 	kv       buckets
 	policies *policies
+	// disk holds back calls that need disk while the data directory's
+	// file system is short of space.
+	disk     *diskGuard
 	limiter  *ratelimit.Limiter
 	inflight inflight
 	// audits stores the calls' audit records in batches.
@@ -118,6 +121,7 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 		return nil, err
 	}
 	w.health.init()
+	w.disk = newDiskGuard(w.cfg.DataDir, w.cfg.MinFreeDisk)
 	for _, t := range tools {
 		if len(cfg.Tools) > 0 && !slices.Contains(cfg.Tools, t.Name) {
 			continue
