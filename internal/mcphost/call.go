@@ -48,7 +48,9 @@ func (s *server) executor(mcpName string) func(context.Context, json.RawMessage,
 //     audience;
 //   - when ctx ends (the call is cancelled or timed out) the SDK sends
 //     notifications/cancelled and the call returns context.Cause(ctx);
-//     the server's own timeout ends it "timed out after <timeout>";
+//     the server's own timeout ends it "timed out after <timeout>"; either
+//     way a stdio server is pinged at once, and restarted when it does not
+//     answer within HungPingTimeout (hang.go);
 //   - a connection lost during the call (the server crashed or hung) is
 //     an infrastructure fault wrapping tool.ErrUnavailable: the worker hands
 //     the call back for redelivery, and the server is restarted.
@@ -74,8 +76,10 @@ func (s *server) call(ctx context.Context, mcpName string, args json.RawMessage,
 	res, err := c.session.CallTool(cctx, params)
 	switch {
 	case ctx.Err() != nil:
+		s.suspect(c, abandoned(ctx))
 		return tool.Result{}, context.Cause(ctx)
 	case cctx.Err() != nil:
+		s.suspect(c, callTimedOut)
 		return tool.Fail(tool.CodeExecutionFailed, context.Cause(cctx).Error()), nil
 	case err != nil:
 		return s.failed(c, err)

@@ -249,7 +249,7 @@ func TestHostedToolDeclaration(t *testing.T) {
 		Process: &tool.Process{AllowedBinaries: []string{rogue(t)}},
 	}, tl.Capabilities)
 	require.JSONEq(t, `{"type":"object","required":["path"],"properties":{"path":{"type":"string","description":"file to read"}},"additionalProperties":false}`, string(tl.Schema))
-	require.Equal(t, 9, th.status("rogue").Tools)
+	require.Equal(t, 10, th.status("rogue").Tools)
 	require.Equal(t, "stdio", th.status("rogue").Transport)
 	require.NotZero(t, th.status("rogue").PID)
 }
