@@ -102,13 +102,20 @@ func (s *server) failed(c *conn, err error) (tool.Result, error) {
 		return tool.Fail(tool.CodeNotAvailable, unavailable(s.def.Name, msg)), nil
 	}
 	// Wait for the supervisor to see the connection end (its reason, such
-	// as the child's exit status, says more than this error).
-	t := time.NewTimer(lostWait)
+	// as the child's exit status, says more than this error). A stdio
+	// session that broke has ended, and the supervisor's watch of the child
+	// fails c within lostExitWait: wait for that rather than race it.
+	wait := lostWait
+	fault := transportFault(err)
+	if fault && s.def.Stdio() {
+		wait += lostExitWait
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-c.lost:
 	case <-t.C:
-		if !transportFault(err) {
+		if !fault {
 			return tool.Fail(tool.CodeExecutionFailed, "MCP server "+s.def.Name+": "+msg), nil
 		}
 		c.fail(msg)

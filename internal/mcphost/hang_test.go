@@ -41,6 +41,26 @@ func TestHungCallRestartsTheServerAtOnce(t *testing.T) {
 			reason: "hung: did not answer a ping within 2s after a call timed out",
 		},
 		{
+			// Only one check runs at a time: the second call's end finds
+			// it running.
+			name: "two timed out together",
+			abandon: func(t *testing.T, th *testHost) {
+				errs := make(chan error, 2)
+				for range 2 {
+					go func() {
+						res, _, err := th.call(ctxT(t), "mcp__rogue__hang", `{}`)
+						if err == nil && res.Error != "timed out after 300ms" {
+							err = errors.New("unexpected result: " + res.Error)
+						}
+						errs <- err
+					}()
+				}
+				require.NoError(t, <-errs)
+				require.NoError(t, <-errs)
+			},
+			reason: "hung: did not answer a ping within 2s after a call timed out",
+		},
+		{
 			name: "cancelled",
 			abandon: func(t *testing.T, th *testHost) {
 				ctx, cancel := context.WithCancelCause(ctxT(t))
@@ -59,7 +79,7 @@ func TestHungCallRestartsTheServerAtOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			d := rogueDef(t, "rogue")
-			if tc.name == "timed out" {
+			if tc.name != "cancelled" {
 				d.Timeout = 300 * time.Millisecond
 			}
 			th := startHost(t, Config{}, d)
@@ -82,6 +102,7 @@ func TestHungCallRestartsTheServerAtOnce(t *testing.T) {
 			require.Contains(t, logs, "MCP server stopped; restarting")
 			require.Contains(t, logs, tc.reason)
 			require.NotContains(t, logs, "pings in a row", "not found by the periodic pings")
+			require.Equal(t, 1, strings.Count(logs, "MCP server pinged after a call"), "one check")
 		})
 	}
 }
