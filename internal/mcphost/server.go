@@ -362,8 +362,9 @@ func (s *server) status() Status {
 }
 
 // connection returns the live connection, waiting up to StartWait while
-// the server starts or is being checked after a call timed out; otherwise it returns nil and why the server is not
-// available. A ctx that ends first returns nil and "".
+// the server starts, or is pinged after a call timed out or was cancelled
+// (hang.go); otherwise it returns nil and why the server is not available.
+// A ctx that ends first returns nil and "".
 func (s *server) connection(ctx context.Context) (*conn, string) {
 	timer := time.NewTimer(s.h.cfg.StartWait)
 	defer timer.Stop()

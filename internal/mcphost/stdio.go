@@ -38,8 +38,8 @@ const (
 	// lostExitWait bounds the wait of a connection whose output ended for
 	// the child's exit status (its reason, the stderr drain included), before
 	// it fails as "closed its standard output" (a child that closed it and
-	// lives on). Longer than stderrDrain, so that a child that exited is
-	// always reported by its status, whatever the load.
+	// lives on). Well past stderrDrain, so that a child that exited is
+	// reported by its status even on a loaded machine.
 	lostExitWait = 5 * time.Second
 )
 
