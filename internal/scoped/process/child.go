@@ -41,7 +41,8 @@ type Child struct {
 	unwatch func() bool // stops the kill at the end of ctx
 	cg      *callCgroup
 	tmp     string
-	tmpfs   *os.File // the root of the tmpfs on tmp; nil without one
+	owner   *ownerDir // where tmp is
+	tmpfs   *os.File  // the root of the tmpfs on tmp; nil without one
 	killed  atomic.Bool
 	// mu orders Kill with the end of the child: once reaped is set, its
 	// cgroup may serve another call and its process group id another
@@ -171,15 +172,16 @@ func (r *Runner) Start(ctx context.Context, cmd tool.Command) (*Child, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, context.Cause(ctx)
 	}
-	tmp, err := childTmp(r.tmpRoot)
+	tmp, owner, err := childTmp(r.tmpRoot)
 	if err != nil {
 		return nil, err
 	}
 	ch, err := r.start(ctx, path, dir, tmp, mode, cmd)
 	if err != nil {
-		r.removeTmp(ctx, tmp)
+		r.removeTmp(ctx, tmp, owner)
 		return nil, err
 	}
+	ch.owner = owner
 	return ch, nil
 }
 
@@ -440,7 +442,7 @@ func (ch *Child) wait() (*tool.ProcessResult, error) {
 	if ch.cg != nil {
 		r.releaseCgroup(ch.ctx, ch.cg)
 	}
-	r.removeTmp(ch.ctx, ch.tmp)
+	r.removeTmp(ch.ctx, ch.tmp, ch.owner)
 	if ch.killed.Load() {
 		err := context.Cause(ch.ctx)
 		if err == nil {

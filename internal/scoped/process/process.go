@@ -309,10 +309,11 @@ func (r *Runner) kill(pgid int, cg *callCgroup) error {
 	return errors.Join(err, killGroup(pgid))
 }
 
-// removeTmp removes the child's TMPDIR, logging a failure (a child can
-// make a directory in it unreadable; Run's result does not depend on it).
-func (r *Runner) removeTmp(ctx context.Context, tmp string) {
-	if err := os.RemoveAll(tmp); err != nil {
+// removeTmp removes the child's TMPDIR, made in od, logging a failure (a
+// child can make a directory in it unreadable; Run's result does not
+// depend on it).
+func (r *Runner) removeTmp(ctx context.Context, tmp string, od *ownerDir) {
+	if err := removeChildTmp(tmp, od); err != nil {
 		r.log.WarnContext(ctx, "process TMPDIR not removed", "error", err)
 	}
 }
