@@ -64,8 +64,9 @@ type Child struct {
 //     listed, a relative one against cmd.Dir (which must then be set).
 //     argv[0] is cmd.Binary as given.
 //   - The environment is PATH (the trusted PATH), HOME, LANG=C.UTF-8, TZ=UTC
-//     and TMPDIR (a fresh private directory, removed when Run returns),
-//     then cmd.Env, whose values win, then for a call with network the
+//     and TMPDIR (a fresh private directory, removed when Run returns; a
+//     tmpfs of the grant's tmp limit where the child has a user
+//     namespace), then cmd.Env, whose values win, then for a call with network the
 //     proxy variables. A name starting with LD_ or DYLD_ (any case) is
 //     refused: "ENV_NOT_ALLOWED: <name> may not be set for a child
 //     process". An empty name, or one containing '=' or NUL, and a value
@@ -81,7 +82,8 @@ type Child struct {
 //
 // A child that exits, with any status, gives a ProcessResult and a nil
 // error: ExitCode is its exit status, or 128+n when signal n killed it,
-// and LimitsHit names the ceilings its processes met. When the memory
+// and LimitsHit names the ceilings its processes met ("pids limit <n>
+// reached", "tmp limit <size> reached": it filled its TMPDIR). When the memory
 // ceiling killed one of them the result comes with a *tool.LimitError.
 // When ctx ends first, the child's cgroup and process group are killed and
 // Run returns context.Cause(ctx) with the output captured so far (ExitCode
@@ -400,8 +402,8 @@ func (ch *Child) Kill() error {
 
 // Wait waits for the child to exit, then kills what it left running,
 // stops its egress proxy, releases its tmpfs and removes its cgroups and
-// TMPDIR. The result has ExitCode and LimitsHit (its Stdout and Stderr are the caller's to
-// read from the pipes). The error is context.Cause of Start's ctx when that
+// TMPDIR. The result has ExitCode and LimitsHit (its Stdout and Stderr
+// are the caller's to read from the pipes). The error is context.Cause of Start's ctx when that
 // ended first or Kill was called (ExitCode -1), a *tool.LimitError when
 // the memory ceiling killed one of the child's processes, or a wait
 // failure. Later calls return the same.

@@ -17,10 +17,10 @@
 // for a child whose TMPDIR is a tmpfs), maps its ids to themselves, brings
 // loopback up, listens for the egress proxy and sends the socket back,
 // mounts the tmpfs on its TMPDIR and sends its root back, takes its
-// standard streams, sets no_new_privs, drops every
-// capability, restricts itself with the Landlock ruleset and installs the
-// seccomp filter the worker built (launcher.Ruleset, launcher.Filter), and
-// executes the binary. It reports a failed step on the status channel in
+// standard streams, sets no_new_privs, drops every capability, restricts
+// itself with the Landlock ruleset (plus a rule for the tmpfs) and installs
+// the seccomp filter the worker built (launcher.Ruleset, launcher.Filter),
+// and executes the binary. It reports a failed step on the status channel in
 // the launcher's format, so the runner reads both paths with
 // launcher.Await.
 //
