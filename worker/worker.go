@@ -208,8 +208,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if swept := process.Sweep(w.procCfg.TmpDir, w.log); swept.TempDirs+swept.Cgroups > 0 {
 		w.log.InfoContext(ctx, "removed what a stopped worker's processes left behind", "temp_dirs", swept.TempDirs, "cgroups", swept.Cgroups)
 	}
-	// The per-call cgroups kept for reuse go with the worker.
-	defer process.ReleaseIdleCgroups()
+	// The per-call cgroups kept for reuse and the children's temp dir go
+	// with the worker: a clean stop leaves nothing behind.
+	defer process.Release(w.log)
 	// Shown in /readyz, never a reason to be unready: a degraded sandbox is
 	// reported, process tools still run (docs/operations.md).
 	w.SetReadyDetail("process_sandbox", sandbox)
