@@ -33,6 +33,10 @@ type Redactor struct {
 	given  []string // the secrets it was built for, as given
 	short  []string // distinct secrets under MinEncodedLen bytes: literal only
 	groups []*group // the others, at most maxGroupForms forms in each group
+	// reach bounds the length of an occurrence of the groups' forms (with
+	// the base64 characters around a run, and letter-spaced): the context
+	// of an escape in the decoded view.
+	reach int
 }
 
 // group holds the forms of some secrets of MinEncodedLen bytes or more and
@@ -91,6 +95,12 @@ func NewRedactor(secrets []string) *Redactor {
 		var g *group
 		g, long = newGroup(long)
 		r.groups = append(r.groups, g)
+		for _, p := range g.pats {
+			r.reach = max(r.reach, len(p.text)+3)
+		}
+		for _, s := range g.spaced {
+			r.reach = max(r.reach, 2*len(s)-1)
+		}
 	}
 	return r
 }
@@ -175,8 +185,32 @@ func (r *Redactor) Redact(s string) string {
 	return replace(s, spans)
 }
 
-// find returns the occurrences in s of the forms of r's secrets.
+// find returns the occurrences of the forms of r's secrets in s and, for
+// those of MinEncodedLen bytes or more, in the decoded view of s: each
+// occurrence there is the span of s it was decoded from.
 func (r *Redactor) find(s string) []span {
+	spans := r.findText(s)
+	if len(r.groups) == 0 {
+		return spans
+	}
+	dv := newDecodedView(s, r.reach)
+	var found []span
+	for k := range dv.regions {
+		rg := &dv.regions[k]
+		view := dv.text(rg)
+		for _, g := range r.groups {
+			found = g.scan(view, found[:0])
+			for _, sp := range found {
+				spans = append(spans, dv.original(rg, sp.start, sp.end))
+			}
+		}
+	}
+	return spans
+}
+
+// findText returns the occurrences in s, as it is, of the forms of r's
+// secrets.
+func (r *Redactor) findText(s string) []span {
 	var spans []span
 	for _, sec := range r.short {
 		if len(sec) > len(s) {
