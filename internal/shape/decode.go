@@ -2,8 +2,11 @@ package shape
 
 import (
 	"html"
+	"math/bits"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -122,6 +125,21 @@ func unescapeHTML(dst []byte, s string, i int) ([]byte, int) {
 		return dst, -1
 	}
 	ref := s[i : j+1]
+	switch ref { // those HTML escapers write, without a map lookup
+	case "&amp;":
+		return append(dst, '&'), j + 1
+	case "&lt;":
+		return append(dst, '<'), j + 1
+	case "&gt;":
+		return append(dst, '>'), j + 1
+	case "&quot;":
+		return append(dst, '"'), j + 1
+	case "&nbsp;":
+		return append(dst, "\u00a0"...), j + 1
+	}
+	if r, ok := (*knownRefs.Load())[ref]; ok {
+		return append(dst, r...), j + 1
+	}
 	// The html package's table: a known name (with its ';') becomes one or
 	// two code points; an unknown one is kept, or loses only a legacy
 	// prefix (&ampx; -> "&x;"), which is no reference of the whole.
@@ -129,7 +147,35 @@ func unescapeHTML(dst []byte, s string, i int) ([]byte, int) {
 	if r == ref || len(r) > 1 && r[len(r)-1] == ';' {
 		return dst, -1
 	}
+	learnRef(ref, r)
 	return append(dst, r...), j + 1
+}
+
+// knownRefs maps the named references met so far (at most the html
+// package's table, some 2,200 names) to what they stand for: reading one
+// again costs a lookup, not a call of the html package. The map is never
+// changed: learnRef replaces it.
+var (
+	knownRefs atomic.Pointer[map[string]string]
+	learning  sync.Mutex
+)
+
+func init() { knownRefs.Store(&map[string]string{}) }
+
+// learnRef adds ref, which stands for r, to knownRefs.
+func learnRef(ref, r string) {
+	learning.Lock()
+	defer learning.Unlock()
+	old := *knownRefs.Load()
+	if _, ok := old[ref]; ok {
+		return
+	}
+	known := make(map[string]string, len(old)+1)
+	for k, v := range old {
+		known[k] = v
+	}
+	known[strings.Clone(ref)] = r
+	knownRefs.Store(&known)
 }
 
 // hex4 returns the value of the four hexadecimal digits at s[i:].
@@ -185,11 +231,11 @@ func unescapeString(s string, which scheme) string {
 	return string(append(b, s[last:]...))
 }
 
-// escape is an escape of a text in its decoded view.
-type escape struct {
-	start, end int // its bytes in the text
-	at, n      int // the bytes it stands for in the view
-}
+// escape is an escape of a text in its decoded view: its first byte in the
+// text and the first byte it stands for in the view (its end and what it
+// stands for are read again from the text when needed). Texts are shorter
+// than 2 GiB.
+type escape struct{ start, at int32 }
 
 // region is a part of a text with escapes in it and the context around
 // them, and its decoded view.
@@ -199,80 +245,156 @@ type region struct {
 	first, last int // its escapes: escapes[first:last]
 }
 
-// decodedView is the decoded view of the parts of a text around its
-// escapes: each escape, with reach bytes of text on either side, in one
-// region (escapes whose contexts meet share one).
+// decodedView is the decoded view of the parts of a text around the
+// escapes that may be part of a form: each such escape, with reach bytes
+// of text on either side, in one region (escapes whose contexts meet share
+// one). An escape that stands for bytes no form has cannot be part of an
+// occurrence: it ends the context.
 type decodedView struct {
+	s       string // the text
 	view    string
+	escapes []escape
+	regions []region
+	buf     *viewBuffers
+}
+
+// viewBuffers are the buffers a decoded view is built in, kept for the
+// next one.
+type viewBuffers struct {
+	view    []byte
 	escapes []escape
 	regions []region
 }
 
-// newDecodedView returns the decoded view of s's escapes, each with reach
-// bytes of context on either side; it has no regions when s has no escape.
-func newDecodedView(s string, reach int) *decodedView {
-	dv := &decodedView{}
-	var side []byte            // what the escapes stand for, one after the other
-	next := [3]int{-2, -2, -2} // of '%', '\\', '&' from i on; -1: none, -2: to look for
+var viewPool = sync.Pool{New: func() any { return new(viewBuffers) }}
+
+// maxDecoded bounds the bytes an escape stands for (a named reference of
+// two code points).
+const maxDecoded = 8
+
+// newDecodedView returns the decoded view of s's escapes that stand for
+// at least one byte that inForm holds, each with reach bytes of context on
+// either side; it has no regions when s has no such escape. s is read
+// once, with a vectorised search for each of '%', '\\' and '&'. Call
+// release when done with the view.
+func newDecodedView(s string, reach int, inForm *[256]bool) *decodedView {
+	bufs := viewPool.Get().(*viewBuffers)
+	dv := &decodedView{s: s, buf: bufs, escapes: bufs.escapes[:0], regions: bufs.regions[:0]}
+	var (
+		view    = bufs.view[:0]
+		scratch [maxDecoded]byte
+		last    = -1 // end of the last escape of the open region; -1: none open
+		cut     = 0  // end of the last escape that no form has
+		intro   = introducers{s: s, next: [3]int{-2, -2, -2}}
+	)
+	closeRegion := func(end int) {
+		rg := &dv.regions[len(dv.regions)-1]
+		rg.end, rg.last = min(len(s), end), len(dv.escapes)
+		view = append(view, s[last:rg.end]...)
+		rg.atEnd = len(view)
+		last = -1
+	}
 	for i := 0; ; {
-		p := -1
-		for k, c := range [3]byte{'%', '\\', '&'} {
-			if next[k] == -2 || next[k] >= 0 && next[k] < i {
-				if next[k] = strings.IndexByte(s[i:], c); next[k] >= 0 {
-					next[k] += i
-				}
-			}
-			if next[k] >= 0 && (p < 0 || next[k] < p) {
-				p = next[k]
-			}
-		}
+		p := intro.from(i)
 		if p < 0 {
 			break
 		}
-		at := len(side)
-		var end int
-		if side, end = unescapeAt(side, s, p, schemeAll); end < 0 {
+		dec, end := unescapeAt(scratch[:0], s, p, schemeAll)
+		if end < 0 {
 			i = p + 1
 			continue
 		}
-		dv.escapes = append(dv.escapes, escape{start: p, end: end, at: at, n: len(side) - at})
 		i = end
-	}
-	if len(dv.escapes) == 0 {
-		return dv
-	}
-
-	// The regions, and their views one after the other.
-	buf := make([]byte, 0, min(len(s), len(side)+2*reach*len(dv.escapes)))
-	for k := range dv.escapes {
-		e := &dv.escapes[k]
-		if k == 0 || e.start-dv.escapes[k-1].end > 2*reach {
-			if k > 0 {
-				dv.closeRegion(s, k, reach, &buf)
+		if !anyIn(dec, inForm) {
+			if last >= 0 {
+				closeRegion(min(p, last+reach))
 			}
-			start := max(0, e.start-reach)
-			dv.regions = append(dv.regions, region{start: start, at: len(buf), first: k})
-			buf = append(buf, s[start:e.start]...)
-		} else {
-			buf = append(buf, s[dv.escapes[k-1].end:e.start]...)
+			cut = end
+			continue
 		}
-		from := e.at
-		e.at = len(buf)
-		buf = append(buf, side[from:from+e.n]...)
+		if last >= 0 && p-last > 2*reach {
+			closeRegion(last + reach)
+		}
+		if last < 0 {
+			start := max(p-reach, cut)
+			if n := len(dv.regions); n > 0 {
+				start = max(start, dv.regions[n-1].end)
+			}
+			dv.regions = append(dv.regions, region{start: start, at: len(view), first: len(dv.escapes)})
+			view = append(view, s[start:p]...)
+		} else {
+			view = append(view, s[last:p]...)
+		}
+		dv.escapes = append(dv.escapes, escape{start: int32(p), at: int32(len(view))})
+		view = append(view, dec...)
+		last = end
 	}
-	dv.closeRegion(s, len(dv.escapes), reach, &buf)
-	dv.view = string(buf)
+	if last >= 0 {
+		closeRegion(last + reach)
+	}
+	dv.view = string(view)
+	bufs.view = view
 	return dv
 }
 
-// closeRegion ends the last region after escapes[:last] with reach bytes
-// of context.
-func (dv *decodedView) closeRegion(s string, last, reach int, buf *[]byte) {
-	rg := &dv.regions[len(dv.regions)-1]
-	from := dv.escapes[last-1].end
-	rg.end, rg.last = min(len(s), from+reach), last
-	*buf = append(*buf, s[from:rg.end]...)
-	rg.atEnd = len(*buf)
+// release gives the view's buffers back for another view.
+func (dv *decodedView) release() {
+	if cap(dv.buf.view) <= 1<<20 { // keep no buffer of a huge text
+		dv.buf.escapes, dv.buf.regions = dv.escapes, dv.regions
+		viewPool.Put(dv.buf)
+	}
+	dv.buf = nil
+}
+
+// anyIn reports whether set holds a byte of b.
+func anyIn(b []byte, set *[256]bool) bool {
+	for _, c := range b {
+		if set[c] {
+			return true
+		}
+	}
+	return false
+}
+
+// introducers finds the bytes that may start an escape.
+type introducers struct {
+	s    string
+	next [3]int // of '%', '\\', '&' from where last asked; -1: none, -2: to look for
+}
+
+// from returns the position of the first '%', '\\' or '&' of s from i on,
+// or -1. Calls ask for increasing i.
+func (in *introducers) from(i int) int {
+	s := in.s
+	// Where escapes are dense, the next one is near: a few words read
+	// cost less than three calls of a vectorised search.
+	for j := i; j < i+32 && j+8 <= len(s); j += 8 {
+		x := uint64(s[j]) | uint64(s[j+1])<<8 | uint64(s[j+2])<<16 | uint64(s[j+3])<<24 |
+			uint64(s[j+4])<<32 | uint64(s[j+5])<<40 | uint64(s[j+6])<<48 | uint64(s[j+7])<<56
+		if m := hasByte(x, '%') | hasByte(x, '\\') | hasByte(x, '&'); m != 0 {
+			return j + bits.TrailingZeros64(m)/8
+		}
+	}
+	p := -1
+	for k, c := range [3]byte{'%', '\\', '&'} {
+		if in.next[k] == -2 || in.next[k] >= 0 && in.next[k] < i {
+			if in.next[k] = strings.IndexByte(s[i:], c); in.next[k] >= 0 {
+				in.next[k] += i
+			}
+		}
+		if in.next[k] >= 0 && (p < 0 || in.next[k] < p) {
+			p = in.next[k]
+		}
+	}
+	return p
+}
+
+// hasByte has the top bit of each byte of x that is c set, and maybe of
+// bytes after the first such (never before it).
+func hasByte(x uint64, c byte) uint64 {
+	const ones, tops = 0x0101010101010101, 0x8080808080808080
+	y := x ^ ones*uint64(c)
+	return (y - ones) &^ y & tops
 }
 
 // text returns the view of rg.
@@ -291,15 +413,17 @@ func (dv *decodedView) original(rg *region, start, end int) span {
 // an escape, or one byte.
 func (dv *decodedView) source(rg *region, v int) (start, end int) {
 	escapes := dv.escapes[rg.first:rg.last]
-	k := sort.Search(len(escapes), func(k int) bool { return escapes[k].at > v }) - 1
+	k := sort.Search(len(escapes), func(k int) bool { return int(escapes[k].at) > v }) - 1
 	if k < 0 {
 		o := rg.start + v - rg.at
 		return o, o + 1
 	}
-	e := &escapes[k]
-	if v < e.at+e.n {
-		return e.start, e.end
+	e := escapes[k]
+	var scratch [maxDecoded]byte
+	dec, end := unescapeAt(scratch[:0], dv.s, int(e.start), schemeAll)
+	if v < int(e.at)+len(dec) {
+		return int(e.start), end
 	}
-	o := e.end + v - (e.at + e.n)
+	o := end + v - (int(e.at) + len(dec))
 	return o, o + 1
 }

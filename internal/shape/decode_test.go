@@ -1,6 +1,7 @@
 package shape
 
 import (
+	"html"
 	"strings"
 	"testing"
 
@@ -96,7 +97,7 @@ func TestDecodedView(t *testing.T) {
 	t.Parallel()
 	far := strings.Repeat(".", 40)
 	s := "ab%41cd" + far + `x\u00e9&amp;y` + far + "%zz & \\q"
-	dv := newDecodedView(s, 3)
+	dv := newDecodedView(s, 3, &allBytes)
 	require.Len(t, dv.regions, 2, "two clusters of escapes; the last text has none")
 	require.Equal(t, "abAcd.", dv.text(&dv.regions[0]))
 	require.Equal(t, "..xé&y..", dv.text(&dv.regions[1]))
@@ -114,9 +115,28 @@ func TestDecodedView(t *testing.T) {
 	require.Equal(t, `&amp;y.`, orig("&y."))
 	require.Equal(t, `..x`, orig("..x"))
 
-	require.Empty(t, newDecodedView("no escapes & none % here \\z", 8).regions)
-	require.Empty(t, newDecodedView("", 8).regions)
+	require.Empty(t, newDecodedView("no escapes & none % here \\z", 8, &allBytes).regions)
+	require.Empty(t, newDecodedView("", 8, &allBytes).regions)
+
+	// An escape of no byte of a form ends the context of the others, and
+	// has no region of its own.
+	var letters [256]bool
+	for c := 'a'; c <= 'z'; c++ {
+		letters[c] = true
+	}
+	dv = newDecodedView("x%20ab%61cd%2Fef%2Fgh%62ij", 3, &letters)
+	require.Len(t, dv.regions, 2)
+	require.Equal(t, "abacd", dv.text(&dv.regions[0]))
+	require.Equal(t, "ghbij", dv.text(&dv.regions[1]))
+	require.Empty(t, newDecodedView("a%20b%2Fc", 3, &letters).regions)
 }
+
+var allBytes = func() (set [256]bool) {
+	for c := range set {
+		set[c] = true
+	}
+	return set
+}()
 
 // FuzzDecodedView: every escape of a text is in a region; a region's view
 // is the text of the region decoded; the regions are apart and in order;
@@ -126,7 +146,8 @@ func FuzzDecodedView(f *testing.F) {
 	f.Add(`%%41\\\\u0041&&#65;;`, uint8(0))
 	f.Add("&nvlt;&semi;&ampx;", uint8(1))
 	f.Fuzz(func(t *testing.T, s string, reach uint8) {
-		dv := newDecodedView(s, int(reach))
+		dv := newDecodedView(s, int(reach), &allBytes)
+		defer dv.release()
 		last := -1
 		for k := range dv.regions {
 			rg := &dv.regions[k]
@@ -150,18 +171,49 @@ func FuzzDecodedView(f *testing.F) {
 		for i := 0; i < len(s); i++ {
 			if _, end := unescapeAt(nil, s, i, schemeAll); end >= 0 {
 				require.Less(t, k, len(dv.escapes), "escape at %d missed", i)
-				require.Equal(t, escape{start: i, end: end}, escape{start: dv.escapes[k].start, end: dv.escapes[k].end})
+				require.Equal(t, i, int(dv.escapes[k].start))
 				k, i = k+1, end-1
 			}
 		}
 		require.Len(t, dv.escapes, k)
 		for _, rg := range dv.regions {
 			for _, e := range dv.escapes[rg.first:rg.last] {
-				require.True(t, rg.start <= e.start && e.end <= rg.end)
+				_, end := unescapeAt(nil, s, int(e.start), schemeAll)
+				require.True(t, rg.start <= int(e.start) && end <= rg.end)
 			}
 		}
 		if len(dv.regions) > 0 {
 			require.Equal(t, len(dv.escapes), dv.regions[len(dv.regions)-1].last)
 		}
 	})
+}
+
+// The benchmark's results hold each secret once, escaped: each is redacted.
+func TestRedactEscapedResult(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"plain", "mixed", "dense"} {
+		out := Redact(escapedResult(kind), escapedSecrets)
+		require.Equal(t, len(escapedSecrets), strings.Count(out, Redacted), kind)
+		for _, sec := range escapedSecrets {
+			require.NotContains(t, unescapeString(out, schemeAll), sec, kind)
+		}
+	}
+}
+
+// Named references read again come from knownRefs, which agrees with the
+// html package's table.
+func TestKnownRefs(t *testing.T) {
+	t.Parallel()
+	for _, ref := range []string{"&amp;", "&lt;", "&gt;", "&quot;", "&nbsp;", "&plus;", "&sol;", "&CounterClockwiseContourIntegral;", "&nvlt;"} {
+		got, end := unescapeAt(nil, ref, 0, schemeAll)
+		require.Equal(t, len(ref), end)
+		require.Equal(t, html.UnescapeString(ref), string(got))
+	}
+	for ref, r := range *knownRefs.Load() {
+		require.Equal(t, html.UnescapeString(ref), r, ref)
+	}
+	require.Contains(t, *knownRefs.Load(), "&plus;")
+	require.NotContains(t, *knownRefs.Load(), "&nosuch;")
+	_, end := unescapeAt(nil, "&nosuch;", 0, schemeAll)
+	require.Equal(t, -1, end)
 }

@@ -37,6 +37,10 @@ type Redactor struct {
 	// the base64 characters around a run, and letter-spaced): the context
 	// of an escape in the decoded view.
 	reach int
+	// inForm holds the bytes of the groups' forms (hexadecimal digits in
+	// either case, and the base64 alphabet): an escape that stands for
+	// none of them ends the context of others in the decoded view.
+	inForm [256]bool
 }
 
 // group holds the forms of some secrets of MinEncodedLen bytes or more and
@@ -97,9 +101,21 @@ func NewRedactor(secrets []string) *Redactor {
 		r.groups = append(r.groups, g)
 		for _, p := range g.pats {
 			r.reach = max(r.reach, len(p.text)+3)
+			for i := range len(p.text) {
+				r.inForm[p.text[i]] = true
+				if p.hex {
+					r.inForm[p.text[i]&^0x20] = true
+				}
+			}
 		}
 		for _, s := range g.spaced {
 			r.reach = max(r.reach, 2*len(s)-1)
+		}
+	}
+	if len(r.groups) > 0 {
+		// The characters around a base64 run, and its padding.
+		for _, c := range []byte(base64Chars) {
+			r.inForm[c] = true
 		}
 	}
 	return r
@@ -193,7 +209,8 @@ func (r *Redactor) find(s string) []span {
 	if len(r.groups) == 0 {
 		return spans
 	}
-	dv := newDecodedView(s, r.reach)
+	dv := newDecodedView(s, r.reach, &r.inForm)
+	defer dv.release()
 	var found []span
 	for k := range dv.regions {
 		rg := &dv.regions[k]
@@ -375,6 +392,9 @@ func replace(s string, spans []span) string {
 	b.WriteString(s[last:])
 	return b.String()
 }
+
+// base64Chars are the characters of both base64 alphabets and the padding.
+const base64Chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_="
 
 func isBase64(c byte) bool {
 	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '-' || c == '_'
