@@ -20,12 +20,19 @@ import (
 //     alignments, the run of characters that encodes only bits of s, and
 //     with it the character on either side that mixes bits of s with its
 //     neighbours', and any '=' padding;
-//   - URL escaping (query, path, all but the unreserved characters, every
-//     byte), %XX in either case;
-//   - JSON string escaping (encoding/json with and without HTML escaping,
-//     `\/`, non-ASCII or every character as \uXXXX), \uXXXX in either case;
 //   - letter-spaced: s or s reversed with one and the same byte between
 //     every two of its bytes ("s-e-c-r-e-t", "s e c r e t").
+//
+// The forms of a secret of MinEncodedLen bytes or more are also looked for
+// in the decoded view of the text (decode.go): every %XX, JSON escape
+// (\uXXXX, surrogate pairs, \" \\ \/ \n ...) and HTML character reference
+// (&#43; &#x2B; &plus;) replaced by what it stands for, so that any mix of
+// escaped and literal characters, of one scheme or several, is found; what
+// is redacted is the span of the text the occurrence was decoded from,
+// every escape one of whose bytes it holds included. The forms also
+// include what the secret reads as in the decoded view when an escaper
+// left escape-like text of the secret as it is, wrote a space as '+', or
+// invalid UTF-8 as U+FFFD ([decodedForms]).
 //
 // Occurrences that overlap are replaced by one [Redacted], occurrences that
 // touch by one each (see [Redact]).
