@@ -11,8 +11,8 @@ import (
 
 // BenchmarkRun measures the cost of starting `true`, from fully confined
 // (namespace, seccomp, Landlock, capabilities dropped, cgroup with
-// ceilings) down to unconfined, in one run, and with a reach of "/"
-// (whose Landlock rules are carved around the floor) (docs/benchmarks.md).
+// ceilings) down to unconfined, in one run, and with a reach of "/" ("read root"
+// whose Landlock rules are carved around the floor) (docs/benchmarks.md).
 func BenchmarkRun(b *testing.B) {
 	all := process.Reach{FS: &capability.FSGrant{Read: []string{"/"}}}
 	for _, bc := range []struct {
@@ -22,8 +22,8 @@ func BenchmarkRun(b *testing.B) {
 	}{
 		{"confined", process.Config{}, process.Reach{}},
 		{"confined through the launcher", process.Config{NoZygote: true}, process.Reach{}},
-		{"confined, read /", process.Config{}, all},
-		{"confined through the launcher, read /", process.Config{NoZygote: true}, all},
+		{"confined, read root", process.Config{}, all},
+		{"confined through the launcher, read root", process.Config{NoZygote: true}, all},
 		{"confined without namespace", process.Config{NoNetNS: true}, process.Reach{}},
 		{"confined without cgroup", process.Config{NoCgroup: true}, process.Reach{}},
 		{"landlock only", process.Config{NoNetNS: true, NoSeccomp: true, NoCgroup: true}, process.Reach{}},
