@@ -21,10 +21,13 @@ type carver struct {
 	handled uint64 // the file system rights the ruleset handles
 	floor   []string
 	lift    []string
+	given   []string // the floor as given, for ids
 	// ids are the identities of the floor entries that exist and that no
 	// Lift path opens: an entry of an expanded directory with one of them
-	// (a hard link, a bind mount) is the floor under another name.
-	ids []fileID
+	// (a hard link, a bind mount) is the floor under another name. Built
+	// at the first expansion (most rulesets have none).
+	ids    []fileID
+	idsSet bool
 }
 
 type fileID struct{ dev, ino uint64 }
@@ -32,11 +35,12 @@ type fileID struct{ dev, ino uint64 }
 // newCarver returns the carver of ruleset fd for floor and lift, each path
 // taken as given and with symlinks resolved.
 func newCarver(fd int, handled uint64, floor, lift []string) *carver {
-	c := &carver{fd: fd, handled: handled}
+	c := &carver{fd: fd, handled: handled, given: floor}
+	dirs := map[string]string{} // resolved parents, shared by most paths
 	both := func(list []string) []string {
 		var out []string
 		for _, p := range list {
-			for _, q := range []string{p, realPath(p)} {
+			for _, q := range []string{p, realPathIn(p, dirs)} {
 				if !slices.Contains(out, q) {
 					out = append(out, q)
 				}
@@ -45,14 +49,22 @@ func newCarver(fd int, handled uint64, floor, lift []string) *carver {
 		return out
 	}
 	c.floor, c.lift = both(floor), both(lift)
-	for _, p := range floor {
-		var st unix.Stat_t
-		if slices.Contains(c.lift, p) || unix.Stat(p, &st) != nil {
-			continue
-		}
-		c.ids = append(c.ids, fileID{dev: st.Dev, ino: st.Ino})
-	}
 	return c
+}
+
+// floorIDs returns c.ids, built on the first call.
+func (c *carver) floorIDs() []fileID {
+	if !c.idsSet {
+		c.idsSet = true
+		for _, p := range c.given {
+			var st unix.Stat_t
+			if slices.Contains(c.lift, p) || unix.Stat(p, &st) != nil {
+				continue
+			}
+			c.ids = append(c.ids, fileID{dev: st.Dev, ino: st.Ino})
+		}
+	}
+	return c.ids
 }
 
 // add adds the rule granting rights on path, a rule of the Spec: nothing
@@ -136,7 +148,7 @@ func (c *carver) entry(dfd int, name, child string, rights uint64) error {
 	switch {
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
 		return nil
-	case slices.Contains(c.ids, fileID{dev: st.Dev, ino: st.Ino}):
+	case slices.Contains(c.floorIDs(), fileID{dev: st.Dev, ino: st.Ino}):
 		return nil
 	case st.Mode&unix.S_IFMT == unix.S_IFDIR && c.contains(child):
 		return c.expand(cfd, child, rights)
@@ -197,13 +209,27 @@ func resolved(fd int, path string) string {
 
 // realPath returns p with symlinks resolved; when p does not exist, its
 // longest existing parent resolved, joined with the rest.
-func realPath(p string) string {
-	if r, err := filepath.EvalSymlinks(p); err == nil {
-		return r
-	}
+func realPath(p string) string { return realPathIn(p, nil) }
+
+// realPathIn is realPath with the resolved parent directories kept in dirs
+// (nil: none kept).
+func realPathIn(p string, dirs map[string]string) string {
 	dir := filepath.Dir(p)
 	if dir == p {
 		return p
 	}
-	return filepath.Join(realPath(dir), filepath.Base(p))
+	rdir, ok := dirs[dir]
+	if !ok {
+		rdir = realPathIn(dir, dirs)
+		if dirs != nil {
+			dirs[dir] = rdir
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+	}
+	return filepath.Join(rdir, filepath.Base(p))
 }
