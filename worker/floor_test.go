@@ -65,7 +65,7 @@ func TestAttackChildReadsEmbeddedCredentials(t *testing.T) {
 	t.Cleanup(c.Close)
 	e := &env{t: t, url: url, conn: c, names: c.Names()}
 	e.putPersonality("default", "id: default\n")
-	e.putPersonality("everything", "id: everything\nfs_reach:\n  read: [\"/\"]\nprocess: {allow: [cat]}\n")
+	e.putPersonality("everything", "id: everything\nfs_reach:\n  read: [\"/\"]\nprocess: {allow: [cat, bash]}\n")
 
 	cat := func(path string) (protocol.Result, error) {
 		args, err := json.Marshal(map[string]any{"binary": "cat", "args": []string{path}})
@@ -89,6 +89,14 @@ func TestAttackChildReadsEmbeddedCredentials(t *testing.T) {
 		require.NotContains(t, r.Value, seed)
 		require.NotContains(t, string(r.Structured), seed)
 	}
+	// The terminal tool's shell and what it starts keep to the floor too.
+	args, err := json.Marshal(map[string]any{"command": "cat " + creds + "; cat /etc/shadow"})
+	require.NoError(t, err)
+	r, err := tryDo(ctxT(t), e, protocol.Call{Tool: "terminal", PersonalityID: "everything", Args: args})
+	require.NoError(t, err)
+	require.False(t, r.OK)
+	require.Equal(t, fmt.Sprintf("Command exited with error (code 1):\ncat: %s: Permission denied\ncat: /etc/shadow: Permission denied\n", creds), r.Error)
+	require.NotContains(t, r.Value+r.Error, seed)
 }
 
 // TestWorkerCredentialsRedacted: a tool that gets hold of the worker's
