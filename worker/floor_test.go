@@ -102,7 +102,8 @@ func TestAttackChildReadsEmbeddedCredentials(t *testing.T) {
 // TestWorkerCredentialsRedacted: a tool that gets hold of the worker's
 // NATS credentials (here by reading the file itself, as no accessor lets
 // it) hands them back every way it can; the seed is in no result value,
-// structured payload, error or progress event.
+// structured payload, error (the abandonment reason of a panic included)
+// or progress event.
 func TestWorkerCredentialsRedacted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -124,9 +125,14 @@ func TestWorkerCredentialsRedacted(t *testing.T) {
 		{Name: "leak_error", Execute: func(ctx context.Context, _ json.RawMessage, tc *tool.Context) (tool.Result, error) {
 			return tool.Result{}, fmt.Errorf("cannot use %s", leak(ctx, tc))
 		}},
+		// A structured value whose encoding panics with the seed: the
+		// worker's own fault, retried, then abandoned with the reason.
+		{Name: "leak_panic", Execute: func(ctx context.Context, _ json.RawMessage, tc *tool.Context) (tool.Result, error) {
+			return tool.Result{OK: true, Value: "v", Structured: map[string]any{"x": explosiveValue{msg: leak(ctx, tc)}}}, nil
+		}},
 	}
 	progress := e.tail(e.names.ProgressStream(), e.names.Prefix()+".progress.>")
-	e.start(worker.Config{WorkerID: "w1"}, tools...)
+	e.start(worker.Config{WorkerID: "w1", MaxDeliver: 2}, tools...)
 	for _, tl := range tools {
 		e.call(protocol.Call{CallID: tl.Name, Tool: tl.Name})
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/capability"
@@ -275,7 +276,17 @@ func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Cal
 // failure. body is the text published before the untrusted wrap or
 // stripping: what planBlob compares with the full output.
 func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, res tool.Result, limit int) (out protocol.Result, body string) {
-	res = w.creds.RedactResult(res)
+	if w.creds != nil {
+		// The worker's own credentials go too (security.md section 1),
+		// after the call's secrets: a structured value that cannot be
+		// encoded panics with its message redacted of both.
+		defer func() {
+			if p := recover(); p != nil {
+				panic(w.creds.Redact(fmt.Sprint(p)))
+			}
+		}()
+		res = w.creds.RedactResult(shape.RedactResult(res, secretValues(tc)))
+	}
 	out, body, fits := pipeline.Shape(&h.Tool, w.reducers, call, tc, res, w.cfg.WorkerID, pipeline.Limits{Bytes: limit, StructuredBytes: w.cfg.StructuredMaxBytes})
 	if !fits {
 		out = w.oversized(out, encodedLen(&out), w.limitText(min(w.cfg.ResultMaxBytes, w.conn.MaxPayload())))
