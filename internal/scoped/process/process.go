@@ -39,16 +39,17 @@
 //     reach processes outside the sandbox. How much of this the kernel
 //     enforces depends on its Landlock ABI (SandboxStatus.Unrestricted).
 //     The floor (Config.Floor: the worker's own files, ~/.ssh, /etc/shadow,
-//     /proc, /root, ...) binds them as it binds the file accessor, even
-//     when a reach prefix contains it (read: ["/"]): Landlock only allows,
-//     so the rules are computed around it (launcher.Ruleset). A reach
-//     prefix inside the floor gives nothing (but one inside /root, which
-//     lifts /root for what it covers, as for the file accessor); one that
-//     contains a floor path gives every entry beside it, at every level
-//     down to it. A directory so expanded cannot be listed and gets no
-//     entry created in it directly, and an entry created in it after the
-//     child started is out of the child's reach (`ls /` fails under
-//     read: ["/"]); the child sees EACCES for the floor itself.
+//     /proc, /root, ...; and /dev but for the devices above) binds them as
+//     it binds the file accessor, even when a reach prefix contains it
+//     (read: ["/"]): Landlock only allows, so the rules are computed
+//     around it (launcher.Ruleset). A reach prefix inside the floor gives
+//     nothing (but one inside /root, which lifts /root for what it covers,
+//     as for the file accessor); one that contains a floor path gives
+//     every entry beside it, at every level down to it. A directory so
+//     expanded cannot be listed and gets no entry created in it directly,
+//     and an entry created in it after the child started is out of the
+//     child's reach (`ls /` fails under read: ["/"]); the child sees
+//     EACCES for the floor itself.
 //   - No capabilities and no_new_privs, so neither a root child nor a
 //     set-user-ID binary holds any privilege; and the seccomp filter
 //     (launcher.Policy) under everything.
