@@ -11,8 +11,8 @@ import (
 
 // BenchmarkRun measures the cost of starting `true`, from fully confined
 // (namespace, seccomp, Landlock, capabilities dropped, cgroup with
-// ceilings) down to unconfined, in one run, and with a reach of "/" ("read root"
-// whose Landlock rules are carved around the floor) (docs/benchmarks.md).
+// ceilings) down to unconfined, in one run, and with a reach of "/"
+// ("read root": rules carved around the floor) (docs/benchmarks.md).
 func BenchmarkRun(b *testing.B) {
 	all := process.Reach{FS: &capability.FSGrant{Read: []string{"/"}}}
 	for _, bc := range []struct {
