@@ -143,7 +143,10 @@ func (w *Worker) backends() error {
 		return err
 	}
 	network, _ := process.ParseNetworkMode(w.cfg.ProcessNetwork) // checked by validate
-	w.procCfg = process.Config{TrustedPATH: process.DefaultTrustedPATH, Logger: w.log, Network: network}
+	// Children keep to the same floor as the file accessor (security.md
+	// section 1).
+	floor := scopedfs.NewFloor(w.fsCfg.Home, w.fsCfg.Floor)
+	w.procCfg = process.Config{TrustedPATH: process.DefaultTrustedPATH, Logger: w.log, Network: network, Floor: floor}
 	if err := w.procCfg.Validate(); err != nil {
 		return err
 	}

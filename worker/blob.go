@@ -54,14 +54,14 @@ func (w *Worker) planBlob(raw tool.Result, body string, out *protocol.Result, tc
 	}
 	if full != body && fits(len(full)) {
 		// Redaction first: a blob never holds a secret value.
-		full = shape.Redact(full, secretValues(tc))
+		full = w.creds.Redact(shape.Redact(full, secretValues(tc)))
 		if full != body && fits(len(full)) {
 			return &blobPlan{part: part, contentType: protocol.BlobTypeText, data: []byte(full)}
 		}
 	}
 	if out.StructuredOmitted && raw.OK && raw.Structured != nil {
 		// The payload as the message would have carried it: redacted.
-		redacted := shape.RedactResult(tool.Result{OK: true, Structured: raw.Structured}, secretValues(tc))
+		redacted := w.creds.RedactResult(shape.RedactResult(tool.Result{OK: true, Structured: raw.Structured}, secretValues(tc)))
 		data, err := json.Marshal(redacted.Structured)
 		if err == nil && fits(len(data)) {
 			return &blobPlan{part: protocol.BlobPartStructured, contentType: protocol.BlobTypeJSON, data: data}

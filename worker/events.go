@@ -42,7 +42,7 @@ func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progre
 		r := red.Load().With(secretValues(tc))
 		red.Store(r)
 		// Redacted, then capped at ProgressMaxChars.
-		msg, _, _ := shape.Trim(r.Redact(p.Message), ProgressMaxChars)
+		msg, _, _ := shape.Trim(w.creds.Redact(r.Redact(p.Message)), ProgressMaxChars)
 		ev := protocol.Progress{Type: protocol.ProgressType, CallID: call.CallID, BatchID: batch, ToolName: call.Tool,
 			Message: msg, Percent: p.Percent, Audience: aud, Seq: seq.Add(1), Time: time.Now().UTC()}
 		data, err := json.Marshal(ev)

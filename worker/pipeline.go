@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/capability"
@@ -194,7 +195,7 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *running, a adm
 	if isInfra(cause) {
 		// The reason is stored, logged and may end in a dead letter: no
 		// secret value the call resolved may be in it.
-		return outcome{infra: errors.New(shape.Redact(cause.Error(), secretValues(tc)))}
+		return outcome{infra: errors.New(w.creds.Redact(shape.Redact(cause.Error(), secretValues(tc))))}
 	}
 	if cause != nil {
 		res = tool.Fail(tool.CodeExecutionFailed, cause.Error())
@@ -281,6 +282,17 @@ func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Cal
 // failure. body is the text published before the untrusted wrap or
 // stripping: what planBlob compares with the full output.
 func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, res tool.Result, limit int) (out protocol.Result, body string) {
+	if w.creds != nil {
+		// The worker's own credentials go too (security.md section 1),
+		// after the call's secrets: a structured value that cannot be
+		// encoded panics with its message redacted of both.
+		defer func() {
+			if p := recover(); p != nil {
+				panic(w.creds.Redact(fmt.Sprint(p)))
+			}
+		}()
+		res = w.creds.RedactResult(shape.RedactResult(res, secretValues(tc)))
+	}
 	out, body, fits := pipeline.Shape(&h.Tool, w.reducers, call, tc, res, w.cfg.WorkerID, pipeline.Limits{Bytes: limit, StructuredBytes: w.cfg.StructuredMaxBytes})
 	if !fits {
 		out = w.oversized(out, encodedLen(&out), w.limitText(min(w.cfg.ResultMaxBytes, w.conn.MaxPayload())))

@@ -73,6 +73,10 @@ type Worker struct {
 	sendResult func(ctx context.Context, personality, callID string, res *protocol.Result, callHeader bus.Header) (int, error)
 	// embedded is the embedded server while Run has one running.
 	embedded atomic.Pointer[EmbeddedServer]
+	// creds redacts the worker's own NATS credentials (the embedded
+	// server's seed, or the JWT and seed of NATSCreds) from everything a
+	// call sends out (security.md section 1); set by Run before any call.
+	creds *shape.Redactor
 
 	// Shared by the scoped accessors (built by New).
 	secrets  secrets.Backend
@@ -247,6 +251,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer conn.Close()
 	w.conn = conn
+	w.registerCreds(ctx, creds)
 	if err := w.openBuckets(startCtx); err != nil {
 		return err
 	}
@@ -424,4 +429,18 @@ func (w *Worker) drain() {
 	w.log.Warn("shutdown grace over; handing back in-flight calls", "in_flight", w.inflight.count())
 	w.cancelExec(errShutdown)
 	<-done
+}
+
+// registerCreds builds the redactor of the worker's own NATS credentials
+// file (none: nothing to redact).
+func (w *Worker) registerCreds(ctx context.Context, file string) {
+	if file == "" {
+		return
+	}
+	values, err := bus.CredsSecrets(file)
+	if err != nil {
+		w.log.WarnContext(ctx, "NATS credentials not registered for redaction", "error", err)
+		return
+	}
+	w.creds = shape.NewRedactor(values)
 }

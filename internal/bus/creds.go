@@ -54,3 +54,37 @@ func wipe(b []byte) {
 		b[i] = 'x'
 	}
 }
+
+// CredsSecrets returns the secret values of the credentials file at path,
+// the kinds credsOption accepts, for a redactor: the user JWT and the NKey
+// seed of a NATS credentials file, the seed of an NKey user seed file (as
+// an embedded server writes it). Errors name the file, never its content.
+func CredsSecrets(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("credentials file %s: %w", path, err)
+	}
+	defer wipe(data)
+	var out []string
+	if bytes.Contains(data, []byte("BEGIN NATS USER JWT")) {
+		jwt, err := nkeys.ParseDecoratedJWT(data)
+		if err != nil {
+			return nil, fmt.Errorf("credentials file %s: unreadable user JWT", path)
+		}
+		out = append(out, jwt)
+	}
+	kp, err := nkeys.ParseDecoratedNKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("credentials file %s: no NKey seed", path)
+	}
+	defer kp.Wipe()
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, fmt.Errorf("credentials file %s: no NKey seed", path)
+	}
+	return append(out, string(seed)), nil
+}

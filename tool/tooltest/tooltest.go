@@ -255,7 +255,8 @@ func (c *config) backends(t testing.TB) pipeline.Backends {
 			return []netip.Addr{a}, nil
 		}
 	}
-	procCfg := process.Config{TrustedPATH: process.DefaultTrustedPATH, TmpDir: t.TempDir()}
+	// Children keep to the file accessor's floor, as in the worker.
+	procCfg := process.Config{TrustedPATH: process.DefaultTrustedPATH, TmpDir: t.TempDir(), Floor: scopedfs.NewFloor(c.home, nil)}
 	if err := procCfg.Validate(); err != nil {
 		t.Fatalf("tooltest: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -46,7 +47,8 @@ type floor struct {
 	infos []os.FileInfo
 }
 
-// newFloor builds the floor from the worker's home and its own files.
+// newFloor builds the floor from the worker's home (empty: none) and its
+// own files.
 func newFloor(home string, own []string) *floor {
 	f := &floor{}
 	for _, p := range own {
@@ -60,6 +62,79 @@ func newFloor(home string, own []string) *floor {
 	f.paths = append(f.paths, systemFloor...)
 	f.paths = append(f.paths, filepath.Join(etcDir, sudoersPre), filepath.Join(etcDir, sudoersPre+".d"))
 	return f
+}
+
+// floorHome returns the home whose entries are on the floor: home, or the
+// current user's when home is empty ("" when there is none).
+func floorHome(home string) string {
+	if home == "" {
+		if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
+			home = h
+		}
+	}
+	if home != "" {
+		home = filepath.Clean(home)
+	}
+	return home
+}
+
+// Floor is the always-deny floor of a worker, by path: the one the file
+// accessor applies, for whoever else must keep to it (the process runner
+// computes its children's Landlock rules around it). It is immutable and
+// safe for concurrent use.
+type Floor struct {
+	f     *floor
+	paths []string // concrete, see Paths
+}
+
+// NewFloor returns the floor of a worker whose home directory is home
+// (empty: the current user's, if any) and whose own files and directories
+// are own (its personalities directory, MCP servers directory, secrets
+// file, NATS credentials and data directory; absolute): the same floor
+// New builds from Config.Home and Config.Floor. /etc is listed once, here,
+// for the entries whose name starts with "sudoers".
+func NewFloor(home string, own []string) *Floor {
+	f := &Floor{f: newFloor(floorHome(home), own)}
+	f.paths = slices.Clone(f.f.paths)
+	if entries, err := os.ReadDir(etcDir); err == nil {
+		for _, e := range entries {
+			p := filepath.Join(etcDir, e.Name())
+			if strings.HasPrefix(e.Name(), sudoersPre) && !slices.Contains(f.paths, p) {
+				f.paths = append(f.paths, p)
+			}
+		}
+	}
+	f.paths = append(f.paths, rootHome)
+	return f
+}
+
+// Denies reports whether abs (absolute and clean) is on the floor for an
+// access whose allowed prefixes (of the access's direction, read or write)
+// are allowed: it lies inside one of Paths, or is an entry of /etc whose
+// name starts with "sudoers" (whenever it was created), or lies inside
+// /root and no allowed prefix inside /root covers it. The comparison is
+// lexical, by path component.
+func (f *Floor) Denies(abs string, allowed []string) bool { return f.f.denies(abs, allowed) }
+
+// Paths returns the concrete floor paths, absolute and clean: the own
+// files, the credential files and shell histories of the home, /etc/shadow
+// and its kin, /proc, /sys, /boot, /etc/sudoers, /etc/sudoers.d and every
+// other entry of /etc whose name started with "sudoers" when the floor was
+// built, and /root (which Lifts may open in part). Some may not exist. The
+// caller must not change the slice.
+func (f *Floor) Paths() []string { return f.paths }
+
+// Lifts returns the prefixes of allowed that the floor's /root exception
+// lets a grant reach: those inside /root that Denies does not refuse for
+// allowed (so none inside another floor path).
+func (f *Floor) Lifts(allowed []string) []string {
+	var out []string
+	for _, p := range allowed {
+		if capability.Covers(rootHome, p) && !f.f.denies(p, allowed) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // denies reports whether abs (absolute and clean) is on the floor. allowed

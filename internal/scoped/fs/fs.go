@@ -110,16 +110,7 @@ func New(g *capability.FSGrant, cfg Config, onDeny func(error)) tool.FS {
 		a.grant = capability.FSGrant{Read: slices.Clone(g.Read), Write: slices.Clone(g.Write), WorkingDir: g.WorkingDir}
 		a.writable = append(slices.Clone(g.Writable), g.Write...)
 	}
-	home := cfg.Home
-	if home == "" {
-		if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
-			home = h
-		}
-	}
-	if home != "" {
-		home = filepath.Clean(home)
-	}
-	a.floor = newFloor(home, cfg.Floor)
+	a.floor = newFloor(floorHome(cfg.Home), cfg.Floor)
 	return a
 }
 

@@ -43,3 +43,11 @@ var (
 	V2Limits = v2Limits
 	V1Limits = v1Limits
 )
+
+// Floorless makes r confine its children without the floor, as the
+// runner did before the floor bound them: the control of the floor's
+// attack tests.
+func Floorless(r *Runner) *Runner {
+	r.floorless = true
+	return r
+}

@@ -59,8 +59,13 @@ func TestMain(m *testing.M) {
 //	            (leftovers_test.go)
 //	leave-behind start `sleep 60` through a runner with TmpDir
 //	            $CAPSTAN_PROCESS_TMP, print its pid, then wait to be killed
+//	probe-files open each argument for reading (or for writing, without
+//	            writing, when it starts with "write:") and print one JSON
+//	            object of outcomes (floor_test.go)
 func helper(mode string) int {
 	switch mode {
+	case "probe-files":
+		return probeFiles(os.Args[1:])
 	case "escape-net":
 		return escapeNet()
 	case "escape-sys":

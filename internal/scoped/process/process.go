@@ -38,8 +38,18 @@
 //     /dev/zero and /dev/full. Signals and abstract unix sockets cannot
 //     reach processes outside the sandbox. How much of this the kernel
 //     enforces depends on its Landlock ABI (SandboxStatus.Unrestricted).
-//     Landlock only allows, so the fs floor (the worker's own files,
-//     ~/.ssh, ...) is not subtracted from a reach prefix that contains it.
+//     The floor (Config.Floor: the worker's own files, ~/.ssh, /etc/shadow,
+//     /proc, /root, ...; and /dev but for the devices above) binds them as
+//     it binds the file accessor, even when a reach prefix contains it
+//     (read: ["/"]): Landlock only allows, so the rules are computed
+//     around it (launcher.Ruleset). A reach prefix inside the floor gives
+//     nothing (but one inside /root, which lifts /root for what it covers,
+//     as for the file accessor); one that contains a floor path gives
+//     every entry beside it, at every level down to it. A directory so
+//     expanded cannot be listed and gets no entry created in it directly,
+//     and an entry created in it after the child started is out of the
+//     child's reach (`ls /` fails under read: ["/"]); the child sees
+//     EACCES for the floor itself.
 //   - No capabilities and no_new_privs, so neither a root child nor a
 //     set-user-ID binary holds any privilege; and the seccomp filter
 //     (launcher.Policy) under everything.
@@ -77,10 +87,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/capstanhq/capstan/internal/capability"
+	scopedfs "github.com/capstanhq/capstan/internal/scoped/fs"
 	"github.com/capstanhq/capstan/internal/scoped/process/launcher"
 )
 
@@ -115,6 +127,12 @@ type Config struct {
 	// Network is what a call with network gets where the machine allows
 	// no user namespace (CAPSTAN_PROCESS_NETWORK).
 	Network NetworkMode
+	// Floor is the always-deny file floor, the file accessor's (the
+	// worker's own files, the credentials and histories of its home,
+	// /etc/shadow, /proc, /root, ...): no child reads or writes it, even
+	// when its call's reach contains it. Nil: the floor of a worker with
+	// no files of its own whose home is the current user's.
+	Floor *scopedfs.Floor
 	// NoLandlock, NoSeccomp and NoNetNS start children without Landlock,
 	// the seccomp filter or a network namespace even when the machine has
 	// them, and NoCgroup kills only their process group and applies no
@@ -178,7 +196,12 @@ type Runner struct {
 	noCeil    bool     // Config.NoCgroup
 	log       *slog.Logger
 	onDeny    func(error)
+	floor     *scopedfs.Floor
+	floorless bool // confine without the floor, as before it bound children: for tests
 }
+
+// defaultFloor is the floor of Config.Floor nil, built once.
+var defaultFloor = sync.OnceValue(func() *scopedfs.Floor { return scopedfs.NewFloor("", nil) })
 
 // New returns the process runner of grant g: a nil g denies every Run.
 // reach is what the children may touch (see the package comment). Bare
@@ -217,6 +240,10 @@ func New(g *capability.BinaryGrant, reach Reach, res *Resolver, cfg Config, onDe
 		log:       cmp.Or(cfg.Logger, slog.Default()),
 		onDeny:    onDeny,
 		noCeil:    cfg.NoCgroup,
+		floor:     cfg.Floor,
+	}
+	if r.floor == nil {
+		r.floor = defaultFloor()
 	}
 	if cfg.NoNetNS {
 		r.netnsErr = errNetNSOff

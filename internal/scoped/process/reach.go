@@ -60,12 +60,24 @@ var networkRead = []string{
 // systemWrite lists the devices every confined child may read and write.
 var systemWrite = []string{"/dev/null", "/dev/zero", "/dev/full"}
 
+// devFloor is on the floor of children besides the file accessor's floor
+// (which refuses device files, FIFOs and sockets by type, wherever they
+// are): the device directory, but for the devices of systemRead and
+// systemWrite (devLift).
+const devFloor = "/dev"
+
+// devLift are the devices every child gets, lifted from devFloor.
+var devLift = slices.DeleteFunc(slices.Concat(systemRead, systemWrite), func(p string) bool {
+	return !capability.Covers(devFloor, p)
+})
+
 // spec returns the launcher's Spec for a child running binary path in its
 // private temporary directory tmp, with network mode net: the Landlock
 // rules (the system files, the trusted PATH, the binary's own directory
 // before and after symlinks (the binary alone when that directory is /),
-// then the call's reach), the namespace, the filter and the cgroup v1
-// directories to join, and the tmpfs of tmp.
+// then the call's reach) and the floor they are computed around, the
+// namespace, the filter, the cgroup v1 directories to join, and the tmpfs
+// of tmp.
 func (r *Runner) spec(path, tmp string, net launcher.Net, cgroups []string) launcher.Spec {
 	read := slices.Concat(systemRead, r.resolver.Path())
 	if net != launcher.NetNone {
@@ -75,19 +87,40 @@ func (r *Runner) spec(path, tmp string, net launcher.Net, cgroups []string) laun
 	if real, err := filepath.EvalSymlinks(path); err == nil && real != path {
 		read = append(read, binaryDir(real))
 	}
-	write := append(slices.Clone(systemWrite), tmp)
+	write := slices.Clone(systemWrite)
+	var reachRead, reachWrite []string
 	if r.reach.FS != nil {
-		read = append(read, r.reach.FS.Read...)
-		write = append(write, r.reach.FS.Write...)
+		reachRead, reachWrite = r.reach.FS.Read, r.reach.FS.Write
+		read = append(read, reachRead...)
+		write = append(write, reachWrite...)
 	}
 	s := launcher.Spec{Net: net, NetNS: r.netns, Seccomp: r.seccomp, Cgroups: cgroups}
 	if r.tmpfs {
 		s.Tmp, s.TmpBytes = tmp, r.limits.TmpBytes
 	}
 	if r.landlock {
-		s.Landlock, s.Read, s.Write = true, dedupe(read), dedupe(write)
+		// The floor: rules it denies (as the file accessor would, with
+		// the /root exception of the same direction) are dropped, and
+		// Ruleset carves it out of the others, resolving symlinks. The
+		// child's own TMPDIR is never on it.
+		s.Landlock = true
+		s.Read = r.offFloor(dedupe(read), reachRead)
+		s.Write = append(r.offFloor(dedupe(write), reachWrite), tmp)
+		if !r.floorless {
+			s.Floor = append(slices.Clone(r.floor.Paths()), devFloor)
+			s.Lift = slices.Concat(r.floor.Lifts(reachRead), r.floor.Lifts(reachWrite), devLift, []string{tmp})
+		}
 	}
 	return s
+}
+
+// offFloor returns the paths of rules that the floor does not deny for a
+// direction whose reach is allowed.
+func (r *Runner) offFloor(rules, allowed []string) []string {
+	if r.floorless {
+		return rules
+	}
+	return slices.DeleteFunc(rules, func(p string) bool { return r.floor.Denies(p, allowed) })
 }
 
 // binaryDir is the directory of an absolute binary path, or the path
@@ -109,14 +142,16 @@ func dedupe(paths []string) []string {
 	return out
 }
 
-// checkDir refuses a working directory outside the call's reach:
-// "PATH_NOT_REACHABLE: read not permitted for <dir>". dir is absolute and
-// clean.
+// checkDir refuses a working directory outside the call's reach, or on
+// the floor: "PATH_NOT_REACHABLE: read not permitted for <dir>". dir is
+// absolute and clean.
 func (r *Runner) checkDir(dir string) error {
 	if fs := r.reach.FS; fs != nil {
-		for _, prefix := range slices.Concat(fs.Read, fs.Write) {
-			if capability.Covers(prefix, dir) {
-				return nil
+		for _, allowed := range [][]string{fs.Read, fs.Write} {
+			for _, prefix := range allowed {
+				if capability.Covers(prefix, dir) && !r.floor.Denies(dir, allowed) {
+					return nil
+				}
 			}
 		}
 	}

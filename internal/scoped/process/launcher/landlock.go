@@ -70,9 +70,31 @@ const (
 //     the network alone.
 //   - IPC (ABI 6+): signals to, and abstract unix sockets of, processes
 //     outside the sandbox are refused.
+//   - The floor (s.Floor): Landlock only allows, so the rules are computed
+//     around it. A rule inside a Floor path, as given or with symlinks
+//     resolved, is dropped, unless a Lift path inside that Floor path
+//     covers it. A rule whose hierarchy strictly contains a Floor path
+//     (compared with symlinks resolved, and both the Floor path as given
+//     and resolved) is replaced, for each directory on the way down to the
+//     Floor path, by rules with the same rights on every entry but the one
+//     leading there: entries on the floor, symlinks (never followed) and
+//     entries that are a floor entry under another name (a hard link, a
+//     bind mount) get no rule, entries holding another Floor path are
+//     expanded in turn. Two limits follow, both failing closed: such an
+//     expanded directory gets no right of its own (it cannot be listed,
+//     and entries cannot be created in or removed from it directly), and
+//     an entry created in it after the ruleset was built is in no rule.
+//     Only a rule that holds a Floor path costs more than one rule.
 //
 // Without Landlock it fails.
 func Ruleset(s Spec) (*os.File, error) {
+	for _, list := range [][]string{s.Floor, s.Lift} {
+		for _, p := range list {
+			if err := checkPath(p); err != nil {
+				return nil, err
+			}
+		}
+	}
 	abi, err := ABI()
 	if err != nil {
 		return nil, err
@@ -89,37 +111,13 @@ func Ruleset(s Spec) (*os.File, error) {
 		return nil, fmt.Errorf("landlock_create_ruleset: %w", err)
 	}
 	rs := os.NewFile(uintptr(fd), "landlock-ruleset")
-	add := func(path string, rights uint64) error {
-		pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("open %s: %w", path, err)
-		}
-		defer unix.Close(pfd)
-		var st unix.Stat_t
-		if err := unix.Fstat(pfd, &st); err != nil {
-			return fmt.Errorf("stat %s: %w", path, err)
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			rights &= fileRights
-		}
-		rights &= fsHandled
-		if rights == 0 {
-			return nil
-		}
-		if err := ll.LandlockAddPathBeneathRule(fd, &ll.PathBeneathAttr{AllowedAccess: rights, ParentFd: pfd}, 0); err != nil {
-			return fmt.Errorf("landlock rule for %s: %w", path, err)
-		}
-		return nil
-	}
+	c := newCarver(fd, fsHandled, s.Floor, s.Lift)
 	var errs []error
 	for _, p := range s.Read {
-		errs = append(errs, add(p, readRights))
+		errs = append(errs, c.add(p, readRights))
 	}
 	for _, p := range s.Write {
-		errs = append(errs, add(p, readRights|writeRights))
+		errs = append(errs, c.add(p, readRights|writeRights))
 	}
 	if s.Net == NetProxy && netHandled&ll.AccessNetConnectTCP != 0 {
 		if err := ll.LandlockAddNetPortRule(fd, &ll.NetPortAttr{AllowedAccess: ll.AccessNetConnectTCP, Port: ProxyPort}, 0); err != nil {

@@ -146,6 +146,21 @@ type Spec struct {
 	// NetNS (the user namespace) and the runner's MountNSAttr.
 	Tmp      string `json:"tmp,omitempty"`
 	TmpBytes int64  `json:"tmp_bytes,omitempty"`
+	// Floor lists paths that no Read or Write rule reaches (the always-deny
+	// floor), whether they exist or not: a rule inside a Floor path is
+	// dropped, and a rule whose hierarchy strictly contains one is carved
+	// around it (see Ruleset). Both are compared as given and with symlinks
+	// resolved.
+	//
+	// Floor and Lift are read by Ruleset, which the runner calls before the
+	// launcher starts (the launcher receives the built ruleset), so they
+	// are not part of the launcher's argv.
+	Floor []string `json:"-"`
+	// Lift lists paths inside Floor paths that rules may reach
+	// nonetheless: a rule inside the Floor path F is kept when a Lift path
+	// inside F covers it (the floor's /root exception, and the child's own
+	// TMPDIR). Floor paths inside a kept rule are still carved out of it.
+	Lift []string `json:"-"`
 }
 
 // validate reports a Spec the launcher would refuse.
@@ -153,7 +168,7 @@ func (s Spec) validate() error {
 	if s.Version != specVersion {
 		return fmt.Errorf("spec version %d, want %d", s.Version, specVersion)
 	}
-	for _, list := range [][]string{s.Read, s.Write, s.Cgroups} {
+	for _, list := range [][]string{s.Read, s.Write, s.Cgroups, s.Floor, s.Lift} {
 		for _, p := range list {
 			if err := checkPath(p); err != nil {
 				return err
