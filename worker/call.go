@@ -388,7 +388,7 @@ func (d *delivery) complete(o outcome) {
 		w.retryLater(ctx, m, call, fmt.Errorf("write audit record: %w", err))
 	} else {
 		d.detached = true
-		w.audits.writeThen(subject, line, func(err error) {
+		w.audits.WriteThen(subject, line, func(err error) {
 			if err == nil {
 				w.ack(ctx, m, call.CallID)
 				w.calls.Done()

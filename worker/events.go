@@ -74,7 +74,7 @@ func (w *Worker) audit(ctx context.Context, call *protocol.Call, o outcome, deli
 	}
 	// The batch's publish is bounded (publishAudit: opTimeout, and never
 	// past the shutdown margin), so every record's outcome arrives.
-	if err = <-w.audits.write(subject, line); err != nil {
+	if err = <-w.audits.Write(subject, line); err != nil {
 		w.log.WarnContext(ctx, "cannot write audit record", "call_id", call.CallID, "error", err)
 	}
 	return err

@@ -33,8 +33,8 @@ func WithPrivateMCPURLs(c Config) Config {
 func HoldAuditRecords(w *Worker) (release func()) {
 	gate := make(chan struct{})
 	var once sync.Once
-	publish := w.audits.publish
-	w.audits.publish = func(ctx context.Context, subject string, body []byte, n int) error {
+	publish := w.audits.Publish
+	w.audits.Publish = func(ctx context.Context, subject string, body []byte, n int) error {
 		<-gate
 		return publish(ctx, subject, body, n)
 	}

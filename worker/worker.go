@@ -22,6 +22,7 @@ import (
 	"github.com/capstanhq/capstan/internal/shape"
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/tool"
+	"github.com/capstanhq/capstan/worker/internal/auditlog"
 )
 
 // Worker runs tool calls. Create it with New and start it with Run; a Worker
@@ -45,7 +46,7 @@ type Worker struct {
 	limiter  *ratelimit.Limiter
 	inflight inflight
 	// audits stores the calls' audit records in batches.
-	audits auditLog
+	audits auditlog.Log
 	slots  chan struct{}
 	// work hands fetched calls to the handler goroutines, one per slot.
 	work   chan *bus.Msg
@@ -112,7 +113,7 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 
 		retryLimit: ResultRetryLimit,
 	}
-	w.audits = auditLog{publish: w.publishAudit, limit: w.auditLimit}
+	w.audits.Publish, w.audits.Limit = w.publishAudit, w.auditLimit
 	w.sendResult = w.publishResult
 	if w.obs, err = newObserver(cfg.TracerProvider, cfg.MeterProvider); err != nil {
 		return nil, err
