@@ -11,6 +11,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 )
 
 // opTimeout bounds each bus operation a call handler makes (publish, KV, ack).
@@ -31,7 +32,7 @@ type delivery struct {
 	call protocol.Call
 	// run is the call's entry in the in-flight book (cancel requests, the
 	// slots check), nil until registered.
-	run *running
+	run *cancelbook.Call
 	// lease is the call's fenced lease, nil for a call of a tool that is
 	// not exclusive (a nil lease holds nothing and is never lost).
 	lease *lease
@@ -161,8 +162,8 @@ func (d *delivery) handle() {
 		}
 	}
 
-	r := &running{seq: m.StreamSeq, personality: d.call.PersonalityID, tool: d.call.Tool}
-	if ok, seq := w.inflight.add(d.call.CallID, r); !ok {
+	r := &cancelbook.Call{Seq: m.StreamSeq, Personality: d.call.PersonalityID, Tool: d.call.Tool}
+	if ok, seq := w.inflight.Add(d.call.CallID, r); !ok {
 		if seq != m.StreamSeq {
 			// Another copy of a call this worker is running: look again
 			// once it has finished (its result then answers it).
@@ -173,7 +174,7 @@ func (d *delivery) handle() {
 		cs.outcome = "in_progress"
 		return
 	}
-	defer w.inflight.remove(d.call.CallID)
+	defer w.inflight.Remove(d.call.CallID)
 	d.run = r
 	// Only calls of exclusive tools run under a lease ("never two at
 	// once"); for the others a nil lease holds nothing and is never lost.
@@ -299,7 +300,7 @@ func (d *delivery) deliver(o outcome) {
 			}
 		}
 		if err == nil {
-			r.unstuck(stuckResult)
+			r.Unstuck(cancelbook.StuckResult)
 			injectFault("after-result-publish")
 			break
 		}
@@ -307,11 +308,11 @@ func (d *delivery) deliver(o outcome) {
 			// Another run of the call (a duplicate, or a redelivery
 			// while this one ran) stored its result first: that one is
 			// the call's result.
-			r.unstuck(stuckResult)
+			r.Unstuck(cancelbook.StuckResult)
 			d.lostRace()
 			return
 		}
-		r.stuck(stuckResult, err)
+		r.Stuck(cancelbook.StuckResult, err)
 		if w.execBase.Err() != nil {
 			w.log.WarnContext(ctx, "result not published before shutdown; call handed back", "call_id", d.call.CallID, "error", err)
 			_ = d.m.Nak(0)

@@ -57,7 +57,7 @@ func (w *Worker) register(ctx context.Context) error {
 		names[i] = h.Name
 	}
 	rec, _ := json.Marshal(workerRecord{ID: w.cfg.WorkerID, Pool: w.cfg.Pool, Tools: names, Started: time.Now().UTC(), Protocol: protocol.Version,
-		Concurrency: w.cfg.Concurrency, InFlight: w.inflight.count()})
+		Concurrency: w.cfg.Concurrency, InFlight: w.inflight.Count()})
 	for _, h := range all {
 		if err := w.checkPool(ctx, h.Name); err != nil {
 			return err

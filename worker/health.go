@@ -166,7 +166,7 @@ func (w *Worker) checkSlots(context.Context) error {
 	if !w.consuming() {
 		return errNotRunning
 	}
-	stuck := w.inflight.stuck(time.Now(), w.timing.AckWait)
+	stuck := w.inflight.Stuck(time.Now(), w.timing.AckWait)
 	if len(stuck) == 0 {
 		return nil
 	}

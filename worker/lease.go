@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 )
 
 // errLeaseLost cancels a call whose lease another worker now holds (this
@@ -150,7 +151,7 @@ func (l *lease) release() {
 // until stopped. When the lease is lost, the call is cancelled with
 // errLeaseLost. It uses a timer, not a goroutine: most calls end before
 // their first heartbeat. stop waits for a heartbeat under way.
-func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *running) (stop func()) {
+func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *cancelbook.Call) (stop func()) {
 	var mu sync.Mutex // held by a heartbeat under way and by stop
 	stopped := false
 	var t *time.Timer
@@ -165,16 +166,16 @@ func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *running) (stop func()) {
 		held, err := l.refresh()
 		if !held {
 			w.log.WarnContext(l.ctx, "call lease lost; another worker runs the call", "call_id", l.callID)
-			r.cancel(errLeaseLost)
+			r.Cancel(errLeaseLost)
 			return
 		}
 		if err != nil {
 			// Unrefreshed since the last refresh, not since this failure.
-			r.stuckSince(stuckLease, refreshed, err)
+			r.StuckSince(cancelbook.StuckLease, refreshed, err)
 			w.log.WarnContext(l.ctx, "cannot refresh call lease", "call_id", l.callID, "error", err)
 		} else {
 			refreshed = time.Now()
-			r.unstuck(stuckLease)
+			r.Unstuck(cancelbook.StuckLease)
 		}
 		t.Reset(w.timing.Heartbeat())
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/capstanhq/capstan/internal/shape"
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/tool"
+	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -55,12 +56,12 @@ func (d *delivery) process() outcome {
 
 // admit runs gates 1 to 9. It returns the refusal (or infrastructure fault)
 // that stops the call, or the zero outcome (no decision) with a filled in.
-func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running, a *admission) outcome {
+func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *cancelbook.Call, a *admission) outcome {
 	ctx, cancel := context.WithTimeout(traceCtx, opTimeout)
 	defer cancel()
 
 	// A call cancelled or past its deadline is not started at all.
-	if cause := r.pendingCause(); cause != nil {
+	if cause := r.PendingCause(); cause != nil {
 		return refuse(call, protocol.DecisionCancelled, protocol.CodeExecutionFailed, cause.Error())
 	}
 	if call.Deadline != nil && time.Now().After(*call.Deadline) {
@@ -132,7 +133,7 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *running
 
 // run takes an admitted call through steps 10 to 15: dry run, or execution
 // then reduce, redact, trim and wrap.
-func (w *Worker) run(ctx context.Context, call *protocol.Call, r *running, a admission) outcome {
+func (w *Worker) run(ctx context.Context, call *protocol.Call, r *cancelbook.Call, a admission) outcome {
 	h, tc := a.h, a.tc
 	// 10. Dry run: nothing runs.
 	if call.DryRun {
@@ -165,7 +166,7 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *running, a adm
 		res, cause = w.execute(ectx, h, call, tc, r)
 	}
 	switch {
-	case errors.Is(cause, errShutdown):
+	case errors.Is(cause, cancelbook.ErrShutdown):
 		exec.SetAttributes(semconv.ErrorTypeKey.String("shutdown"))
 	case isInfra(cause):
 		exec.SetAttributes(semconv.ErrorTypeKey.String("infrastructure"))
@@ -179,7 +180,7 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *running, a adm
 		exec.SetStatus(codes.Error, code)
 	}
 	exec.End()
-	if errors.Is(cause, errShutdown) {
+	if errors.Is(cause, cancelbook.ErrShutdown) {
 		return outcome{handback: true}
 	}
 	if errors.Is(cause, errLeaseLost) {
@@ -237,15 +238,15 @@ func (w *Worker) toolContext(call *protocol.Call, p *capability.Personality) *to
 // A tool that ignores its context is abandoned when the context ends.
 // traceCtx gives the tool's context its span (and nothing else: the call's
 // cancellation comes from the worker).
-func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Call, tc *tool.Context, r *running) (tool.Result, error) {
+func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Call, tc *tool.Context, r *cancelbook.Call) (tool.Result, error) {
 	timeout := w.cfg.CallTimeout
 	if call.TimeoutMS > 0 {
 		timeout = min(timeout, time.Duration(call.TimeoutMS)*time.Millisecond)
 	}
 	ctx, cancel := context.WithCancelCause(trace.ContextWithSpan(w.execBase, trace.SpanFromContext(traceCtx)))
 	defer cancel(context.Canceled)
-	r.setCancel(cancel)
-	timer := time.AfterFunc(timeout, func() { cancel(&timeoutError{d: timeout}) })
+	r.SetCancel(cancel)
+	timer := time.AfterFunc(timeout, func() { cancel(&cancelbook.TimeoutError{D: timeout}) })
 	defer timer.Stop()
 
 	type ran struct {

@@ -23,6 +23,7 @@ import (
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker/internal/auditlog"
+	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 )
 
 // Worker runs tool calls. Create it with New and start it with Run; a Worker
@@ -44,7 +45,7 @@ type Worker struct {
 	kv       buckets
 	policies *policies
 	limiter  *ratelimit.Limiter
-	inflight inflight
+	inflight *cancelbook.Book
 	// audits stores the calls' audit records in batches.
 	audits auditlog.Log
 	slots  chan struct{}
@@ -53,7 +54,7 @@ type Worker struct {
 	timing bus.Timing
 	calls  sync.WaitGroup
 	// execBase is the parent of every call's context; it is cancelled with
-	// errShutdown when the shutdown grace ends.
+	// cancelbook.ErrShutdown when the shutdown grace ends.
 	execBase   context.Context
 	cancelExec context.CancelCauseFunc
 	// runners runs the tools (execute).
@@ -252,12 +253,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mcp.registered.Store(true)
 	defer w.mcp.registered.Store(false)
 	w.limiter = ratelimit.New(w.kv.ratelimits, nil)
-	w.inflight.calls = make(map[string]*running)
-	w.inflight.cancels = make(map[string]cancelRecord)
-	w.inflight.cancelTTL = bus.RecordTTL
+	w.inflight = cancelbook.New(bus.RecordTTL)
 	w.slots = make(chan struct{}, w.cfg.Concurrency)
 	w.execBase, w.cancelExec = context.WithCancelCause(context.WithoutCancel(ctx))
-	defer w.cancelExec(errShutdown)
+	defer w.cancelExec(cancelbook.ErrShutdown)
 
 	if err := w.loadPersonalities(startCtx); err != nil {
 		return err
@@ -271,14 +270,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer w.deregister()
-	cancelSub, err := conn.Subscribe(w.names.CancelFilter(), "", w.onCancel)
+	requests := &cancelbook.Requests{Book: w.inflight, Names: w.names, Store: w.kv.cancels, OpCtx: w.opCtx, Log: w.log}
+	cancelSub, err := conn.Subscribe(w.names.CancelFilter(), "", requests.Handle)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = cancelSub.Stop() }()
 	// The cancel requests sent before this worker started (and, again,
 	// every later one): starting a call then reads nothing from the bus.
-	stopCancelWatch, err := w.kv.cancels.Watch(ctx, w.inflight.bookEntry)
+	stopCancelWatch, err := w.kv.cancels.Watch(ctx, w.inflight.BookEntry)
 	if err != nil {
 		return err
 	}
@@ -408,7 +408,7 @@ func (w *Worker) pull(ctx context.Context, cons *bus.PoolConsumer) {
 func (w *Worker) drain() {
 	done := make(chan struct{})
 	go func() { w.calls.Wait(); close(done) }()
-	n := w.inflight.count()
+	n := w.inflight.Count()
 	if n > 0 {
 		w.log.Info("draining", "in_flight", n, "grace", w.cfg.ShutdownGrace.String())
 	}
@@ -417,7 +417,7 @@ func (w *Worker) drain() {
 		return
 	case <-time.After(w.cfg.ShutdownGrace):
 	}
-	w.log.Warn("shutdown grace over; handing back in-flight calls", "in_flight", w.inflight.count())
-	w.cancelExec(errShutdown)
+	w.log.Warn("shutdown grace over; handing back in-flight calls", "in_flight", w.inflight.Count())
+	w.cancelExec(cancelbook.ErrShutdown)
 	<-done
 }
