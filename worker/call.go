@@ -12,6 +12,7 @@ import (
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
+	"github.com/capstanhq/capstan/worker/internal/lease"
 )
 
 // opTimeout bounds each bus operation a call handler makes (publish, KV, ack).
@@ -35,7 +36,7 @@ type delivery struct {
 	run *cancelbook.Call
 	// lease is the call's fenced lease, nil for a call of a tool that is
 	// not exclusive (a nil lease holds nothing and is never lost).
-	lease *lease
+	lease *lease.Lease
 	// detached: the audit log finishes the delivery (complete): it acks
 	// the call, or hands it back, once the audit record is stored or
 	// cannot be, and counts its end (Worker.calls).
@@ -179,7 +180,7 @@ func (d *delivery) handle() {
 	// Only calls of exclusive tools run under a lease ("never two at
 	// once"); for the others a nil lease holds nothing and is never lost.
 	if exclusive {
-		l, err := w.takeLease(d.ctx, d.call.CallID)
+		l, err := w.leases.Take(d.ctx, d.call.CallID)
 		if errors.Is(err, bus.ErrKeyExists) {
 			// Another worker holds the lease: let it finish; look again later.
 			w.recordFailure(d.ctx, d.call.CallID, "call lease held by another worker")
@@ -194,18 +195,18 @@ func (d *delivery) handle() {
 		}
 		d.lease = l
 	}
-	defer d.lease.release()
-	stopBeat := w.heartbeat(m, d.lease, r)
+	defer d.lease.Release()
+	stopBeat := w.leases.Heartbeat(m, d.lease, r)
 	defer stopBeat()
 	o := d.process()
-	if o.blob != nil && !d.lease.isLost() {
+	if o.blob != nil && !d.lease.IsLost() {
 		w.storeBlob(d.ctx, &d.call, &o)
 	}
 	switch {
 	case o.handback:
 		_ = m.Nak(0)
 		cs.outcome = "handback"
-	case o.leaseLost || d.lease.isLost():
+	case o.leaseLost || d.lease.IsLost():
 		w.log.WarnContext(d.ctx, "call abandoned by this worker: its lease was lost to another worker, which answers it", "call_id", d.call.CallID, "tool", d.call.Tool)
 		cs.outcome = "lease_lost"
 	case o.infra != nil:
@@ -278,7 +279,7 @@ func (d *delivery) deliver(o outcome) {
 	delay := 100 * time.Millisecond
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
-		held, err := l.confirm()
+		held, err := l.Confirm()
 		if !held {
 			w.log.WarnContext(ctx, "result dropped: the call's lease was lost to another worker, which answers it", "call_id", d.call.CallID, "tool", d.call.Tool)
 			setOutcome(ctx, "lease_lost")
@@ -328,7 +329,7 @@ func (d *delivery) deliver(o outcome) {
 			return
 		}
 		w.log.WarnContext(ctx, "cannot publish result; retrying", "call_id", d.call.CallID, "attempt", attempt, "retry_in", delay.String(), "error", err)
-		sleepOrDone(w.execBase, l, delay)
+		lease.SleepOrDone(w.execBase, l, delay)
 		delay = min(delay*2, 5*time.Second)
 	}
 	d.complete(o)
@@ -404,7 +405,7 @@ func (d *delivery) complete(o outcome) {
 			}()
 		})
 	}
-	d.lease.release()
+	d.lease.Release()
 	w.recordAnswer(ctx, call, o)
 	lvl := slog.LevelInfo
 	if !o.result.OK {

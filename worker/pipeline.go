@@ -14,6 +14,7 @@ import (
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
+	"github.com/capstanhq/capstan/worker/internal/lease"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -183,7 +184,7 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *cancelbook.Cal
 	if errors.Is(cause, cancelbook.ErrShutdown) {
 		return outcome{handback: true}
 	}
-	if errors.Is(cause, errLeaseLost) {
+	if errors.Is(cause, lease.ErrLost) {
 		return outcome{leaseLost: true}
 	}
 	if isInfra(cause) {

@@ -24,6 +24,7 @@ import (
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker/internal/auditlog"
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
+	"github.com/capstanhq/capstan/worker/internal/lease"
 )
 
 // Worker runs tool calls. Create it with New and start it with Run; a Worker
@@ -52,6 +53,7 @@ type Worker struct {
 	// work hands fetched calls to the handler goroutines, one per slot.
 	work   chan *bus.Msg
 	timing bus.Timing
+	leases *lease.Leases
 	calls  sync.WaitGroup
 	// execBase is the parent of every call's context; it is cancelled with
 	// cancelbook.ErrShutdown when the shutdown grace ends.
@@ -292,6 +294,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.timing = cons.Timing()
+	w.leases = &lease.Leases{KV: w.kv.leases, WorkerID: w.cfg.WorkerID, Timing: w.timing, Bound: w.boundCtx, Log: w.log}
 	unobserve, err := w.observeGauges(cons)
 	if err != nil {
 		return err

@@ -1,8 +1,13 @@
-package worker
+// Package lease is a worker's fenced hold on the running calls of exclusive
+// tools (tool.SideEffects): a key per call in the leases bucket with its own
+// TTL, refreshed with every heartbeat and fenced by revision, so that a
+// worker that stalled cannot go on as if it still held the call.
+package lease
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -10,12 +15,12 @@ import (
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 )
 
-// errLeaseLost cancels a call whose lease another worker now holds (this
+// ErrLost cancels a call whose lease another worker now holds (this
 // worker stalled past the lease TTL and the call was redelivered): it is
 // neither answered nor acked here, the lease holder answers it.
-var errLeaseLost = errors.New("call lease lost to another worker")
+var ErrLost = errors.New("call lease lost to another worker")
 
-// lease is this worker's hold on one running call: a key in the leases
+// Lease is this worker's hold on one running call: a key in the leases
 // bucket with its own TTL (bus.Timing.LeaseTTL, shorter than AckWait),
 // refreshed with every heartbeat and fenced by revision, so that a worker
 // that stalled cannot go on as if it still held the call.
@@ -24,8 +29,8 @@ var errLeaseLost = errors.New("call lease lost to another worker")
 // goroutine, so its state is guarded by mu. Only calls of exclusive tools
 // have one (tool.SideEffects); for the others the lease is nil, and a nil
 // lease holds nothing, is never lost and releases nothing.
-type lease struct {
-	w      *Worker
+type Lease struct {
+	s      *Leases
 	callID string
 	ttl    time.Duration
 	// ctx carries the call's span, for the lease's bus operations and logs.
@@ -41,19 +46,39 @@ type lease struct {
 	lostCh   chan struct{}
 }
 
-// takeLease creates the lease of callID. It returns bus.ErrKeyExists when
+// KV is the leases bucket.
+type KV interface {
+	Create(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error)
+	UpdateTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error)
+	Purge(ctx context.Context, key string, rev uint64, markerTTL time.Duration) error
+}
+
+// Leases takes the leases of one worker. Set every field before the first
+// Take.
+type Leases struct {
+	KV       KV
+	WorkerID string
+	// Timing gives the leases' TTL and the heartbeat's interval.
+	Timing bus.Timing
+	// Bound bounds one bus operation caused by a call (the worker's
+	// boundCtx: its timeout, the shutdown margin, the call's span).
+	Bound func(ctx context.Context) (context.Context, context.CancelFunc)
+	Log   *slog.Logger
+}
+
+// Take creates the lease of callID. It returns bus.ErrKeyExists when
 // another worker holds it. callCtx carries the call's span: the lease's
 // operations and log lines keep it.
-func (w *Worker) takeLease(callCtx context.Context, callID string) (*lease, error) {
-	ttl := w.timing.LeaseTTL()
-	ctx, cancel := w.boundCtx(callCtx)
+func (s *Leases) Take(callCtx context.Context, callID string) (*Lease, error) {
+	ttl := s.Timing.LeaseTTL()
+	ctx, cancel := s.Bound(callCtx)
 	defer cancel()
 	sent := time.Now()
-	rev, err := w.kv.leases.Create(ctx, callID, []byte(w.cfg.WorkerID), ttl)
+	rev, err := s.KV.Create(ctx, callID, []byte(s.WorkerID), ttl)
 	if err != nil {
 		return nil, err
 	}
-	return &lease{w: w, callID: callID, ttl: ttl, ctx: callCtx, rev: rev, written: sent, lostCh: make(chan struct{})}, nil
+	return &Lease{s: s, callID: callID, ttl: ttl, ctx: callCtx, rev: rev, written: sent, lostCh: make(chan struct{})}, nil
 }
 
 // refresh extends the lease. When its revision is no longer the latest (it
@@ -61,7 +86,7 @@ func (w *Worker) takeLease(callCtx context.Context, callID string) (*lease, erro
 // succeeds only if nobody else holds it. held is false once the lease is lost
 // for good; a transient bus error is returned with held true (the lease is
 // as it was; the next heartbeat tries again).
-func (l *lease) refresh() (held bool, err error) {
+func (l *Lease) refresh() (held bool, err error) {
 	if l == nil {
 		return true, nil
 	}
@@ -73,12 +98,12 @@ func (l *lease) refresh() (held bool, err error) {
 	if l.released {
 		return true, nil // the call is over; nothing to keep alive
 	}
-	ctx, cancel := l.w.boundCtx(l.ctx)
+	ctx, cancel := l.s.Bound(l.ctx)
 	defer cancel()
 	sent := time.Now()
-	rev, err := l.w.kv.leases.UpdateTTL(ctx, l.callID, []byte(l.w.cfg.WorkerID), l.rev, l.ttl)
+	rev, err := l.s.KV.UpdateTTL(ctx, l.callID, []byte(l.s.WorkerID), l.rev, l.ttl)
 	if errors.Is(err, bus.ErrConflict) {
-		rev, err = l.w.kv.leases.Create(ctx, l.callID, []byte(l.w.cfg.WorkerID), l.ttl)
+		rev, err = l.s.KV.Create(ctx, l.callID, []byte(l.s.WorkerID), l.ttl)
 		if errors.Is(err, bus.ErrKeyExists) {
 			l.lost = true
 			close(l.lostCh)
@@ -92,12 +117,12 @@ func (l *lease) refresh() (held bool, err error) {
 	return true, nil
 }
 
-// confirm reports whether this worker still holds the lease, before it
+// Confirm reports whether this worker still holds the lease, before it
 // publishes the call's result. A lease written less than half its TTL ago
 // cannot have expired, and only its holder removes it, so no bus round trip
 // is needed then; otherwise the lease is refreshed (fenced by revision). A
 // transient bus error is returned for the caller to retry.
-func (l *lease) confirm() (held bool, err error) {
+func (l *Lease) Confirm() (held bool, err error) {
 	if l == nil {
 		return true, nil
 	}
@@ -113,8 +138,8 @@ func (l *lease) confirm() (held bool, err error) {
 	return l.refresh()
 }
 
-// isLost reports whether the lease was lost.
-func (l *lease) isLost() bool {
+// IsLost reports whether the lease was lost.
+func (l *Lease) IsLost() bool {
 	if l == nil {
 		return false
 	}
@@ -123,10 +148,10 @@ func (l *lease) isLost() bool {
 	return l.lost
 }
 
-// release removes the lease if this worker still holds it (fenced by
+// Release removes the lease if this worker still holds it (fenced by
 // revision, so a lease another worker took is never removed), leaving a
 // marker that expires. Only the first call does anything.
-func (l *lease) release() {
+func (l *Lease) Release() {
 	if l == nil {
 		return
 	}
@@ -136,22 +161,23 @@ func (l *lease) release() {
 		return
 	}
 	l.released = true
-	ctx, cancel := l.w.boundCtx(l.ctx)
+	ctx, cancel := l.s.Bound(l.ctx)
 	defer cancel()
 	// A purge, not a delete: a delete leaves a marker that the bucket keeps
 	// for ever (one per call ever run), a purge's marker expires after
 	// bus.LeaseMarkerTTL. Both are fenced by revision.
-	if err := l.w.kv.leases.Purge(ctx, l.callID, l.rev, bus.LeaseMarkerTTL); err != nil && !errors.Is(err, bus.ErrConflict) {
+	if err := l.s.KV.Purge(ctx, l.callID, l.rev, bus.LeaseMarkerTTL); err != nil && !errors.Is(err, bus.ErrConflict) {
 		// It expires by itself within its TTL.
-		l.w.log.WarnContext(l.ctx, "cannot release call lease", "call_id", l.callID, "error", err)
+		l.s.Log.WarnContext(l.ctx, "cannot release call lease", "call_id", l.callID, "error", err)
 	}
 }
 
-// heartbeat keeps a running call's delivery (InProgress) and lease alive
-// until stopped. When the lease is lost, the call is cancelled with
-// errLeaseLost. It uses a timer, not a goroutine: most calls end before
+// Heartbeat keeps a running call's delivery (InProgress) and lease alive
+// until stopped, every Timing.Heartbeat(). When the lease is lost, the
+// call is cancelled with ErrLost; while it cannot be refreshed, the call
+// is marked stuck (cancelbook.StuckLease, for /readyz). It uses a timer, not a goroutine: most calls end before
 // their first heartbeat. stop waits for a heartbeat under way.
-func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *cancelbook.Call) (stop func()) {
+func (s *Leases) Heartbeat(m *bus.Msg, l *Lease, r *cancelbook.Call) (stop func()) {
 	var mu sync.Mutex // held by a heartbeat under way and by stop
 	stopped := false
 	var t *time.Timer
@@ -165,22 +191,22 @@ func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *cancelbook.Call) (stop func(
 		_ = m.InProgress()
 		held, err := l.refresh()
 		if !held {
-			w.log.WarnContext(l.ctx, "call lease lost; another worker runs the call", "call_id", l.callID)
-			r.Cancel(errLeaseLost)
+			s.Log.WarnContext(l.ctx, "call lease lost; another worker runs the call", "call_id", l.callID)
+			r.Cancel(ErrLost)
 			return
 		}
 		if err != nil {
 			// Unrefreshed since the last refresh, not since this failure.
 			r.StuckSince(cancelbook.StuckLease, refreshed, err)
-			w.log.WarnContext(l.ctx, "cannot refresh call lease", "call_id", l.callID, "error", err)
+			s.Log.WarnContext(l.ctx, "cannot refresh call lease", "call_id", l.callID, "error", err)
 		} else {
 			refreshed = time.Now()
 			r.Unstuck(cancelbook.StuckLease)
 		}
-		t.Reset(w.timing.Heartbeat())
+		t.Reset(s.Timing.Heartbeat())
 	}
 	mu.Lock()
-	t = time.AfterFunc(w.timing.Heartbeat(), beat)
+	t = time.AfterFunc(s.Timing.Heartbeat(), beat)
 	mu.Unlock()
 	return func() {
 		mu.Lock()
@@ -190,8 +216,8 @@ func (w *Worker) heartbeat(m *bus.Msg, l *lease, r *cancelbook.Call) (stop func(
 	}
 }
 
-// sleepOrDone waits d, or less when ctx ends or the lease is lost.
-func sleepOrDone(ctx context.Context, l *lease, d time.Duration) {
+// SleepOrDone waits d, or less when ctx ends or the lease is lost.
+func SleepOrDone(ctx context.Context, l *Lease, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var lost chan struct{} // nil for no lease: never ready
