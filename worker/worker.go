@@ -24,6 +24,7 @@ import (
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker/internal/auditlog"
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
+	"github.com/capstanhq/capstan/worker/internal/health"
 	"github.com/capstanhq/capstan/worker/internal/lease"
 )
 
@@ -39,7 +40,7 @@ type Worker struct {
 	ready    chan struct{}
 	names    protocol.Names
 	obs      *observer
-	health   health
+	health   *health.Registry
 
 	// Set by Run.
 	conn     *bus.Conn
@@ -121,7 +122,7 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 	if w.obs, err = newObserver(cfg.TracerProvider, cfg.MeterProvider); err != nil {
 		return nil, err
 	}
-	w.health.init()
+	w.health = health.New()
 	for _, t := range tools {
 		if len(cfg.Tools) > 0 && !slices.Contains(cfg.Tools, t.Name) {
 			continue
