@@ -83,7 +83,7 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *cancelb
 		return refusal(call, ref)
 	}
 	pid := cmp.Or(call.PersonalityID, w.cfg.DefaultPersonality)
-	p, err := w.policies.get(pid)
+	p, err := w.policies.Get(pid)
 	if err != nil {
 		return refuse(call, protocol.DecisionPersonality, protocol.CodeNotAvailable, err.Error())
 	}

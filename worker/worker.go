@@ -26,6 +26,7 @@ import (
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 	"github.com/capstanhq/capstan/worker/internal/health"
 	"github.com/capstanhq/capstan/worker/internal/lease"
+	"github.com/capstanhq/capstan/worker/internal/policywatch"
 )
 
 // Worker runs tool calls. Create it with New and start it with Run; a Worker
@@ -45,7 +46,7 @@ type Worker struct {
 	// Set by Run.
 	conn     *bus.Conn
 	kv       buckets
-	policies *policies
+	policies *policywatch.Watch
 	limiter  *ratelimit.Limiter
 	inflight *cancelbook.Book
 	// audits stores the calls' audit records in batches.
@@ -261,14 +262,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.execBase, w.cancelExec = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer w.cancelExec(cancelbook.ErrShutdown)
 
-	if err := w.loadPersonalities(startCtx); err != nil {
+	if err := w.personalityLoader().Load(startCtx); err != nil {
 		return err
 	}
-	w.policies, err = watchPolicies(ctx, w.kv.personalities, w.cfg.Home, w.preResolve)
+	w.policies, err = policywatch.Start(ctx, w.kv.personalities, w.cfg.Home, w.preResolve)
 	if err != nil {
 		return err
 	}
-	defer w.policies.stop()
+	defer w.policies.Stop()
 	if err := w.register(startCtx); err != nil {
 		return err
 	}
@@ -424,4 +425,15 @@ func (w *Worker) drain() {
 	w.log.Warn("shutdown grace over; handing back in-flight calls", "in_flight", w.inflight.Count())
 	w.cancelExec(cancelbook.ErrShutdown)
 	<-done
+}
+
+// personalityLoader loads PersonalitiesDir into the personalities bucket,
+// validated against the tools given to New and the hosted MCP servers.
+func (w *Worker) personalityLoader() *policywatch.Loader {
+	tools := make([]*tool.Tool, len(w.order))
+	for i, h := range w.order {
+		tools[i] = &h.Tool
+	}
+	return &policywatch.Loader{Dir: w.cfg.PersonalitiesDir, Home: w.cfg.Home, Default: w.cfg.DefaultPersonality,
+		Tools: tools, ValidateMCP: w.validateMCP, KV: w.kv.personalities, Names: w.names, Log: w.log}
 }

@@ -1,9 +1,12 @@
-package worker
+// Package policywatch is a worker's live view of the personalities bucket
+// (Watch), and the loading of personality files into it at start (Loader).
+package policywatch
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,27 +15,37 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/capability"
+	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/tool"
 )
 
-// policies is the worker's live view of the personalities bucket. A change
+// Watch is the worker's live view of the personalities bucket. A change
 // in the bucket applies to the next call; an invalid document is kept as an
 // error so its calls are refused (fail closed), never run under no policy.
-type policies struct {
+type Watch struct {
 	mu   sync.RWMutex
 	docs map[string]policyEntry
 	stop func()
 }
+
+// Stop ends the watch.
+func (ps *Watch) Stop() { ps.stop() }
 
 type policyEntry struct {
 	p   *capability.Personality
 	err error
 }
 
-// watchPolicies keeps every stored personality parsed; onPolicy, when not
-// nil, sees each valid document as it arrives (outside the lock).
-func watchPolicies(ctx context.Context, kv *bus.KV, home string, onPolicy func(*capability.Personality)) (*policies, error) {
-	ps := &policies{docs: make(map[string]policyEntry)}
+// Watcher is the personalities bucket, watched.
+type Watcher interface {
+	Watch(ctx context.Context, fn func(bus.Entry)) (stop func(), err error)
+}
+
+// Start keeps every stored personality parsed (home is the value of ${HOME}
+// in them) until Stop; onPolicy, when not nil, sees each valid document as
+// it arrives (outside the lock).
+func Start(ctx context.Context, kv Watcher, home string, onPolicy func(*capability.Personality)) (*Watch, error) {
+	ps := &Watch{docs: make(map[string]policyEntry)}
 	stop, err := kv.Watch(ctx, func(e bus.Entry) {
 		if e.Deleted {
 			ps.mu.Lock()
@@ -58,9 +71,9 @@ func watchPolicies(ctx context.Context, kv *bus.KV, home string, onPolicy func(*
 	return ps, nil
 }
 
-// get returns personality id, or the refusal message of an unknown or
+// Get returns personality id, or the refusal message of an unknown or
 // invalid one.
-func (ps *policies) get(id string) (*capability.Personality, error) {
+func (ps *Watch) Get(id string) (*capability.Personality, error) {
 	ps.mu.RLock()
 	e, ok := ps.docs[id]
 	ps.mu.RUnlock()
@@ -74,42 +87,74 @@ func (ps *policies) get(id string) (*capability.Personality, error) {
 	return e.p, nil
 }
 
-// loadPersonalities stores the personality files of PersonalitiesDir
-// (loadPersonalityFiles), then warns when the default personality does not
+// Store is the personalities bucket, as the loader reads and writes it.
+type Store interface {
+	Get(ctx context.Context, key string) (bus.Entry, bool, error)
+	Put(ctx context.Context, key string, value []byte) (uint64, error)
+}
+
+// Loader stores the personality files of a directory in the personalities
+// bucket at start, each validated against the hosted tools.
+type Loader struct {
+	// Dir is Config.PersonalitiesDir; empty loads nothing.
+	Dir string
+	// Home is the value of ${HOME} in personalities.
+	Home string
+	// Default is the default personality, whose absence is warned of.
+	Default string
+	// Tools are the tools given to the worker, which every file is
+	// validated against (registration-time validation).
+	Tools []*tool.Tool
+	// ValidateMCP, when set, validates a personality against the hosted MCP
+	// servers it lists.
+	ValidateMCP func(*capability.Personality) []capability.ValidationError
+	KV          Store
+	Names       protocol.Names
+	Log         *slog.Logger
+}
+
+func (l *Loader) validateMCP(p *capability.Personality) []capability.ValidationError {
+	if l.ValidateMCP == nil {
+		return nil
+	}
+	return l.ValidateMCP(p)
+}
+
+// Load stores the personality files of Dir (loadFiles), then warns when the default personality does not
 // exist: every call that names no personality would be refused.
-func (w *Worker) loadPersonalities(ctx context.Context) error {
-	if err := w.loadPersonalityFiles(ctx); err != nil {
+func (l *Loader) Load(ctx context.Context) error {
+	if err := l.loadFiles(ctx); err != nil {
 		return err
 	}
-	w.warnNoDefaultPersonality(ctx)
+	l.warnNoDefault(ctx)
 	return nil
 }
 
-// warnNoDefaultPersonality logs a warning saying how to add the default
+// warnNoDefault logs a warning saying how to add the default
 // personality when the bucket holds none under that id. A failed look-up is
 // logged at debug level only: the calls themselves report what is wrong.
-func (w *Worker) warnNoDefaultPersonality(ctx context.Context) {
-	id := w.cfg.DefaultPersonality
-	_, found, err := w.kv.personalities.Get(ctx, id)
+func (l *Loader) warnNoDefault(ctx context.Context) {
+	id := l.Default
+	_, found, err := l.KV.Get(ctx, id)
 	if err != nil {
-		w.log.DebugContext(ctx, "could not check for the default personality", "personality", id, "error", err)
+		l.Log.DebugContext(ctx, "could not check for the default personality", "personality", id, "error", err)
 		return
 	}
 	if found {
 		return
 	}
-	w.log.WarnContext(ctx, fmt.Sprintf("no personality %q exists: calls that name no personality will be refused with \"Unknown personality: %s\"; "+
+	l.Log.WarnContext(ctx, fmt.Sprintf("no personality %q exists: calls that name no personality will be refused with \"Unknown personality: %s\"; "+
 		"add one: put a file with \"id: %s\" in the personalities directory (Config.PersonalitiesDir, CAPSTAN_PERSONALITIES_DIR; "+
 		"examples/personalities has some), or store it with \"dispatcher personality put <file>\" (docs/capabilities.md)", id, id, id),
-		"personality", id, "bucket", w.names.PersonalitiesBucket())
+		"personality", id, "bucket", l.Names.PersonalitiesBucket())
 }
 
-// loadPersonalityFiles validates every *.yaml, *.yml and *.json file of
-// PersonalitiesDir against the hosted tools and stores them in the bucket.
+// loadFiles validates every *.yaml, *.yml and *.json file of
+// Dir against the hosted tools and stores them in the bucket.
 // Any invalid file stops the worker, naming the file and all its errors; so
 // does a NATS user that may not write the bucket, saying how to load them.
-func (w *Worker) loadPersonalityFiles(ctx context.Context) error {
-	dir := w.cfg.PersonalitiesDir
+func (l *Loader) loadFiles(ctx context.Context) error {
+	dir := l.Dir
 	if dir == "" {
 		return nil
 	}
@@ -117,10 +162,7 @@ func (w *Worker) loadPersonalityFiles(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("CAPSTAN_PERSONALITIES_DIR: %w", err)
 	}
-	tools := make([]*tool.Tool, len(w.order))
-	for i, h := range w.order {
-		tools[i] = &h.Tool
-	}
+	tools := l.Tools
 	type doc struct {
 		file string
 		id   string
@@ -140,7 +182,7 @@ func (w *Worker) loadPersonalityFiles(ctx context.Context) error {
 			problems = append(problems, fmt.Sprintf("personality file %s: %v", file, err))
 			continue
 		}
-		p, err := capability.Parse(data, capability.Env{Home: w.cfg.Home})
+		p, err := capability.Parse(data, capability.Env{Home: l.Home})
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("personality file %s is invalid: %v", file, err))
 			continue
@@ -150,7 +192,7 @@ func (w *Worker) loadPersonalityFiles(ctx context.Context) error {
 			continue
 		}
 		seen[p.ID] = file
-		if errs := append(capability.Validate(tools, p), w.validateMCP(p)...); len(errs) > 0 {
+		if errs := append(capability.Validate(tools, p), l.validateMCP(p)...); len(errs) > 0 {
 			lines := make([]string, len(errs))
 			for i, ve := range errs {
 				lines[i] = fmt.Sprintf("tool %s, %s: %s", ve.Tool, ve.Capability, ve.Message)
@@ -164,20 +206,20 @@ func (w *Worker) loadPersonalityFiles(ctx context.Context) error {
 		return errors.New(strings.Join(problems, "\n"))
 	}
 	for _, d := range docs {
-		if _, err := w.kv.personalities.Put(ctx, d.id, d.data); err != nil {
+		if _, err := l.KV.Put(ctx, d.id, d.data); err != nil {
 			if errors.Is(err, bus.ErrPermissionDenied) {
 				// A deployment with least-privilege NATS users (deploy/nats):
 				// only the operator user writes personalities.
 				return fmt.Errorf("CAPSTAN_PERSONALITIES_DIR is set (%s), but this worker's NATS user may not write the %s bucket "+
 					"(storing personality %s: %w): load the personalities as the operator user with "+
 					"\"dispatcher personality put <file or directory>\" and unset CAPSTAN_PERSONALITIES_DIR on the worker",
-					dir, w.names.PersonalitiesBucket(), d.id, err)
+					dir, l.Names.PersonalitiesBucket(), d.id, err)
 			}
 			return fmt.Errorf("store personality %s from %s: %w", d.id, d.file, err)
 		}
 	}
 	if len(docs) > 0 {
-		w.log.InfoContext(ctx, "personalities loaded", "count", len(docs), "dir", dir)
+		l.Log.InfoContext(ctx, "personalities loaded", "count", len(docs), "dir", dir)
 	}
 	return nil
 }
