@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -18,7 +17,6 @@ import (
 	scopedsecrets "github.com/capstanhq/capstan/internal/scoped/secrets"
 	"github.com/capstanhq/capstan/internal/secrets"
 	"github.com/capstanhq/capstan/tool"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // denials records the capability denials raised while a call runs, by
@@ -61,38 +59,15 @@ func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
 func (w *Worker) accessorBackends() pipeline.Backends {
 	return pipeline.Backends{
 		Secrets: w.secrets, FS: w.fsCfg, Process: w.procCfg, Resolver: w.resolver,
-		Fetch: fetch.Config{WrapTransport: w.httpTransport},
+		Fetch: fetch.Config{WrapTransport: w.obs.HTTPTransport},
 		WrapInjection: func(inj *scopedsecrets.Injection) fetch.Secrets {
-			return tracedInjection{next: inj, tracer: w.obs.tracer}
+			return w.obs.WrapInjection(inj)
 		},
 		Reads: func(session string) tool.ReadRecords { return reads.New(w.kv.reads, session) },
 		Storage: func(g *capability.StorageGrant, onDeny func(error)) tool.KV {
 			return scopedkv.New(w.kv.storage, g, onDeny)
 		},
 	}
-}
-
-// tracedInjection gives every resolution of a secret the fetcher injects
-// a "resolve secret" span, as tracedSecrets does for raw reads.
-type tracedInjection struct {
-	next   *scopedsecrets.Injection
-	tracer trace.Tracer
-}
-
-func (t tracedInjection) CheckDestination(ref string, e capability.Endpoint) error {
-	return t.next.CheckDestination(ref, e)
-}
-
-func (t tracedInjection) CheckCarried(e capability.Endpoint, parts ...string) error {
-	return t.next.CheckCarried(e, parts...)
-}
-
-func (t tracedInjection) Resolve(ctx context.Context, ref string) (string, error) {
-	ctx, span := t.tracer.Start(ctx, "resolve secret", trace.WithSpanKind(trace.SpanKindInternal))
-	defer span.End()
-	v, err := t.next.Resolve(ctx, ref)
-	endSecretSpan(span, err)
-	return v, err
 }
 
 // floorPaths are the worker's own files, never reachable by a tool.

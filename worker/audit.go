@@ -20,7 +20,7 @@ func (w *Worker) publishAudit(_ context.Context, subject string, body []byte, n 
 	hdr := bus.Header{protocol.HeaderProtocol: {protocol.Version}, protocol.HeaderAuditRecords: {strconv.Itoa(n)}}
 	if _, err := w.conn.Publish(ctx, subject, body, hdr, ""); err != nil {
 		reason, _ := w.publishFault(err, w.names.AuditStream())
-		w.obs.publishFailed(ctx, "audit", reason)
+		w.obs.PublishFailed(ctx, "audit", reason)
 		return err
 	}
 	return nil

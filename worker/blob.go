@@ -85,13 +85,12 @@ func (w *Worker) storeBlob(ctx context.Context, call *protocol.Call, o *outcome)
 	ref, err := w.conn.PutBlob(bctx, call.PersonalityID+"/"+call.CallID, call.PersonalityID+"."+rand.Text(), plan.contentType, plan.data)
 	if err != nil {
 		reason, _ := w.publishFault(err, "OBJ_"+w.names.BlobsBucket())
-		w.obs.publishFailed(ctx, "blob", reason)
+		w.obs.PublishFailed(ctx, "blob", reason)
 		w.log.WarnContext(ctx, "cannot store the full output as a blob; the result carries only its cut", "call_id", call.CallID,
 			"tool", call.Tool, "bytes", len(plan.data), "error", err)
 		return
 	}
 	ref.Part = plan.part
 	o.result.Blob = &ref
-	w.obs.blobs.Add(ctx, 1)
-	w.obs.blobBytes.Add(ctx, int64(len(plan.data)))
+	w.obs.BlobStored(ctx, len(plan.data))
 }

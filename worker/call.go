@@ -13,6 +13,7 @@ import (
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 	"github.com/capstanhq/capstan/worker/internal/lease"
+	"github.com/capstanhq/capstan/worker/internal/observe"
 )
 
 // opTimeout bounds each bus operation a call handler makes (publish, KV, ack).
@@ -29,7 +30,7 @@ type delivery struct {
 	// line, and every bus operation's bounded context (boundCtx), derive
 	// from it.
 	ctx  context.Context
-	cs   *callSpan
+	cs   *observe.CallSpan
 	call protocol.Call
 	// run is the call's entry in the in-flight book (cancel requests, the
 	// slots check), nil until registered.
@@ -82,11 +83,11 @@ func (w *Worker) handle(m *bus.Msg) {
 		}
 	}()
 	defer func() { <-w.slots }()
-	d.ctx, d.cs = w.startCall(m)
-	defer d.cs.end()
+	d.ctx, d.cs = w.obs.StartCall(m)
+	defer d.cs.End()
 	defer func() {
 		if p := recover(); p != nil {
-			d.cs.outcome = "panic"
+			d.cs.Outcome = "panic"
 			// Not the tool (a tool's panic is its execution_failed
 			// answer) but the worker's own handling: an infrastructure
 			// fault, retried with backoff and dead-lettered after
@@ -128,7 +129,7 @@ func (d *delivery) handle() {
 	// permissions bind subjects, never bodies.
 	bodyPersonality := d.call.PersonalityID
 	d.call.PersonalityID = tokens.Personality
-	cs.decoded(&d.call)
+	cs.Decoded(&d.call)
 	if bodyPersonality != "" && bodyPersonality != tokens.Personality {
 		d.answerWithoutRunning(refuse(&d.call, protocol.DecisionPersonality, protocol.CodeInputInvalid,
 			protocol.PersonalityMismatch(bodyPersonality, tokens.Personality)))
@@ -153,12 +154,12 @@ func (d *delivery) handle() {
 		stored, err := w.storedResult(d.ctx, &d.call)
 		if err != nil {
 			w.retryLater(d.ctx, m, &d.call, err)
-			cs.outcome = "retry"
+			cs.Outcome = "retry"
 			return
 		}
 		if stored != nil {
 			d.answeredBefore(stored)
-			cs.outcome = "duplicate"
+			cs.Outcome = "duplicate"
 			return
 		}
 	}
@@ -172,7 +173,7 @@ func (d *delivery) handle() {
 		}
 		// Else a redelivery of the very message being run: the running
 		// handler acks it.
-		cs.outcome = "in_progress"
+		cs.Outcome = "in_progress"
 		return
 	}
 	defer w.inflight.Remove(d.call.CallID)
@@ -185,12 +186,12 @@ func (d *delivery) handle() {
 			// Another worker holds the lease: let it finish; look again later.
 			w.recordFailure(d.ctx, d.call.CallID, "call lease held by another worker")
 			_ = m.Nak(w.timing.Heartbeat())
-			cs.outcome = "in_progress"
+			cs.Outcome = "in_progress"
 			return
 		}
 		if err != nil {
 			w.retryLater(d.ctx, m, &d.call, fmt.Errorf("take call lease: %w", err))
-			cs.outcome = "retry"
+			cs.Outcome = "retry"
 			return
 		}
 		d.lease = l
@@ -205,13 +206,13 @@ func (d *delivery) handle() {
 	switch {
 	case o.handback:
 		_ = m.Nak(0)
-		cs.outcome = "handback"
+		cs.Outcome = "handback"
 	case o.leaseLost || d.lease.IsLost():
 		w.log.WarnContext(d.ctx, "call abandoned by this worker: its lease was lost to another worker, which answers it", "call_id", d.call.CallID, "tool", d.call.Tool)
-		cs.outcome = "lease_lost"
+		cs.Outcome = "lease_lost"
 	case o.infra != nil:
 		w.retryLater(d.ctx, m, &d.call, o.infra)
-		cs.outcome = "retry"
+		cs.Outcome = "retry"
 	default:
 		d.deliver(o)
 	}
@@ -282,7 +283,7 @@ func (d *delivery) deliver(o outcome) {
 		held, err := l.Confirm()
 		if !held {
 			w.log.WarnContext(ctx, "result dropped: the call's lease was lost to another worker, which answers it", "call_id", d.call.CallID, "tool", d.call.Tool)
-			setOutcome(ctx, "lease_lost")
+			observe.SetOutcome(ctx, "lease_lost")
 			return
 		}
 		permanent := false
@@ -297,7 +298,7 @@ func (d *delivery) deliver(o outcome) {
 			if err != nil && !errors.Is(err, bus.ErrSubjectTaken) {
 				var reason string
 				reason, permanent = w.publishFault(err, w.names.ResultsStream())
-				w.obs.publishFailed(ctx, "result", reason)
+				w.obs.PublishFailed(ctx, "result", reason)
 			}
 		}
 		if err == nil {
@@ -317,7 +318,7 @@ func (d *delivery) deliver(o outcome) {
 		if w.execBase.Err() != nil {
 			w.log.WarnContext(ctx, "result not published before shutdown; call handed back", "call_id", d.call.CallID, "error", err)
 			_ = d.m.Nak(0)
-			setOutcome(ctx, "handback")
+			observe.SetOutcome(ctx, "handback")
 			return
 		}
 		if permanent {
@@ -350,13 +351,13 @@ func (d *delivery) answerWithoutRunning(o outcome) {
 	}
 	if err != nil {
 		reason, permanent := w.publishFault(err, w.names.ResultsStream())
-		w.obs.publishFailed(ctx, "result", reason)
+		w.obs.PublishFailed(ctx, "result", reason)
 		if permanent {
 			d.undeliverable(o, err)
 			return
 		}
 		w.retryLater(d.ctx, d.m, &d.call, err)
-		setOutcome(ctx, "retry")
+		observe.SetOutcome(ctx, "retry")
 		return
 	}
 	d.complete(o)
@@ -406,7 +407,7 @@ func (d *delivery) complete(o outcome) {
 		})
 	}
 	d.lease.Release()
-	w.recordAnswer(ctx, call, o)
+	w.obs.RecordAnswer(ctx, call.Tool, &o.result, o.decision)
 	lvl := slog.LevelInfo
 	if !o.result.OK {
 		lvl = slog.LevelWarn
@@ -421,7 +422,7 @@ func (d *delivery) complete(o outcome) {
 // that won.
 func (d *delivery) lostRace() {
 	d.w.ack(d.ctx, d.m, d.call.CallID)
-	setOutcome(d.ctx, "duplicate")
+	observe.SetOutcome(d.ctx, "duplicate")
 	d.w.log.InfoContext(d.ctx, "result not published: another run of the call stored its result first", "call_id", d.call.CallID, "tool", d.call.Tool)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/worker/internal/observe"
 )
 
 // invalidToolToken names the DLQ subject of a call whose subject has no valid tool token.
@@ -33,10 +34,10 @@ func (d *delivery) rejectMalformed(tokens protocol.CallTokens, de *protocol.Deco
 	}
 	if err := w.deadLetter(m, toolTok, cause.Error()); err != nil {
 		reason, permanent := w.publishFault(err, w.names.DLQStream())
-		w.obs.publishFailed(ctx, "dead_letter", reason)
+		w.obs.PublishFailed(ctx, "dead_letter", reason)
 		if !permanent {
 			w.retryLater(ctx, m, &protocol.Call{CallID: callID, Tool: toolTok}, err)
-			setOutcome(ctx, "retry")
+			observe.SetOutcome(ctx, "retry")
 			return
 		}
 		// Retrying cannot cure it: the call is answered (when it can be)
@@ -53,7 +54,7 @@ func (d *delivery) rejectMalformed(tokens protocol.CallTokens, de *protocol.Deco
 	w.ack(ctx, m, callID)
 	bad.Tool = toolTok
 	w.audit(ctx, &bad, refuse(&bad, protocol.DecisionDecode, protocol.CodeInputInvalid, cause.Error()), int(m.Deliveries))
-	setOutcome(ctx, "dead_lettered")
+	observe.SetOutcome(ctx, "dead_lettered")
 	w.log.WarnContext(ctx, "undecodable call dead-lettered", "subject", m.Subject, "error", cause)
 }
 
@@ -185,7 +186,7 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 	// later try.
 	if err := w.deadLetter(m, toolTok, reason); err != nil {
 		freason, permanent := w.publishFault(err, w.names.DLQStream())
-		w.obs.publishFailed(ctx, "dead_letter", freason)
+		w.obs.PublishFailed(ctx, "dead_letter", freason)
 		if !permanent {
 			return err
 		}
@@ -206,14 +207,14 @@ func (w *Worker) onMaxDeliveries(a bus.MaxDeliveries) error {
 		}
 		if err != nil {
 			freason, permanent := w.publishFault(err, w.names.ResultsStream())
-			w.obs.publishFailed(ctx, "result", freason)
+			w.obs.PublishFailed(ctx, "result", freason)
 			if !permanent {
 				return err
 			}
 			w.log.Error("abandonment result not publishable", "call_id", call.CallID, "tool", toolTok, "error", err)
 		}
 		o.bytes = size
-		w.recordAnswer(ctx, &call, o)
+		w.obs.RecordAnswer(ctx, call.Tool, &o.result, o.decision)
 		_ = w.audit(ctx, &call, o, int(a.Deliveries))
 	}
 	if err := w.conn.DeleteMsg(ctx, w.names.CallsStream(), a.StreamSeq); err != nil {

@@ -53,7 +53,7 @@ func (w *Worker) emitter(call *protocol.Call, tc *tool.Context) func(tool.Progre
 		defer cancel()
 		if _, err := w.conn.Publish(ctx, subject, data, bus.Header{protocol.HeaderProtocol: {protocol.Version}}, ""); err != nil {
 			reason, _ := w.publishFault(err, w.names.ProgressStream())
-			w.obs.publishFailed(ctx, "progress", reason)
+			w.obs.PublishFailed(ctx, "progress", reason)
 			return fmt.Errorf("%w: progress event not published: %v", tool.ErrUnavailable, err)
 		}
 		return nil

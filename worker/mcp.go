@@ -51,7 +51,7 @@ func (w *Worker) loadMCP() error {
 	}
 	h, err := mcphost.New(mcphost.Config{
 		Secrets: w.secrets, Process: w.procCfg, Resolver: w.resolver, Logger: w.log,
-		TracerProvider: w.cfg.TracerProvider, WrapTransport: w.httpTransport,
+		TracerProvider: w.cfg.TracerProvider, WrapTransport: w.obs.HTTPTransport,
 		AllowPrivateURLs: w.cfg.mcpPrivateURLs,
 		OnTools:          w.onMCPTools,
 		OnStatus:         func(st map[string]mcphost.Status) { w.SetReadyDetail("mcp_servers", st) },

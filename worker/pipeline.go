@@ -15,6 +15,7 @@ import (
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 	"github.com/capstanhq/capstan/worker/internal/lease"
+	"github.com/capstanhq/capstan/worker/internal/observe"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -35,7 +36,7 @@ type admission struct {
 // processes below it) and reduce.
 func (d *delivery) process() outcome {
 	w, ctx, call, r := d.w, d.ctx, &d.call, d.run
-	pctx, policy := w.phase(ctx, "policy")
+	pctx, policy := w.obs.Phase(ctx, "policy")
 	var a admission
 	o := w.admit(pctx, call, r, &a)
 	if a.p != nil {
@@ -45,8 +46,8 @@ func (d *delivery) process() outcome {
 	if o.infra != nil {
 		policy.SetStatus(codes.Error, "infrastructure fault")
 	}
-	if isDenial(o.decision) {
-		w.denied(pctx, policy, o.decision, string(o.result.Code))
+	if observe.IsDenial(o.decision) {
+		w.obs.Denied(pctx, policy, o.decision, string(o.result.Code))
 	}
 	policy.End()
 	if o.decision != "" || o.infra != nil {
@@ -138,9 +139,9 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *cancelbook.Cal
 	h, tc := a.h, a.tc
 	// 10. Dry run: nothing runs.
 	if call.DryRun {
-		cs := callSpanFrom(ctx)
+		cs := observe.CallSpanFrom(ctx)
 		if cs != nil {
-			cs.span.SetAttributes(telemetry.AttrDryRun.Bool(true))
+			cs.Span.SetAttributes(telemetry.AttrDryRun.Bool(true))
 		}
 		text, err := shape.DryRun(call.Tool, call.Args)
 		if err != nil {
@@ -149,12 +150,12 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *cancelbook.Cal
 		return outcome{result: protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, OK: true, Value: text}, decision: protocol.DecisionDryRun}
 	}
 	// 11. Execute, in the execute_tool span; accessor denials are its events.
-	ectx, exec := w.phase(ctx, "execute_tool "+h.Name,
+	ectx, exec := w.obs.Phase(ctx, "execute_tool "+h.Name,
 		telemetry.GenAIOperationName.String(telemetry.OpExecuteTool), telemetry.GenAIToolName.String(h.Name),
 		telemetry.GenAIToolCallID.String(call.CallID), telemetry.GenAIToolType.String("function"))
-	rec := &denials{onAdd: func(code string) { w.denied(ectx, exec, "accessor", code) }}
+	rec := &denials{onAdd: func(code string) { w.obs.Denied(ectx, exec, "accessor", code) }}
 	w.attach(tc, a.grant, rec)
-	w.traceAccessors(tc)
+	w.obs.TraceAccessors(tc)
 	start := time.Now()
 	var res tool.Result
 	cause := w.mcpSendTo(h.Name, a.grant)
@@ -196,7 +197,7 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *cancelbook.Cal
 		res = tool.Fail(tool.CodeExecutionFailed, cause.Error())
 	}
 	// 12–15. Reduce, redact, trim, wrap, within the result's size limit.
-	_, reduce := w.phase(ctx, "reduce")
+	_, reduce := w.obs.Phase(ctx, "reduce")
 	blobs := w.blobsAllowed(h, a.p)
 	limit := w.resultLimit()
 	if blobs {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/worker/internal/observe"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -49,8 +50,8 @@ func (w *Worker) publishResult(ctx context.Context, personality, callID string, 
 	if err != nil {
 		return 0, err
 	}
-	sctx, span := w.startPublish(ctx, subject, callID)
-	defer func() { endPublish(span, err) }()
+	sctx, span := w.obs.StartPublish(ctx, subject, callID)
+	defer func() { observe.EndPublish(span, err) }()
 	hdr := w.header(sctx, callHeader)
 	data, err := w.fitMessage(res, hdr)
 	if err != nil {
@@ -159,22 +160,22 @@ func (d *delivery) undeliverable(o outcome, cause error) {
 	reason := capReason("result not publishable: " + cause.Error())
 	if err := w.deadLetter(m, dlqToolToken(call.Tool), reason); err != nil {
 		dreason, permanent := w.publishFault(err, w.names.DLQStream())
-		w.obs.publishFailed(ctx, "dead_letter", dreason)
+		w.obs.PublishFailed(ctx, "dead_letter", dreason)
 		if !permanent {
 			w.retryLater(ctx, m, call, errors.New(reason))
-			setOutcome(ctx, "retry")
+			observe.SetOutcome(ctx, "retry")
 			return
 		}
 		w.log.ErrorContext(ctx, "call dropped: neither its result nor its dead letter can be published", "call_id", call.CallID, "tool", call.Tool,
 			"error", cause, "dead_letter_error", err)
 		_ = m.Term(reason)
-		setOutcome(ctx, "terminated")
+		observe.SetOutcome(ctx, "terminated")
 		w.audit(ctx, call, failed(o, reason), int(m.Deliveries))
 		return
 	}
 	w.ack(ctx, m, call.CallID)
 	w.audit(ctx, call, failed(o, reason), int(m.Deliveries))
-	setOutcome(ctx, "dead_lettered")
+	observe.SetOutcome(ctx, "dead_lettered")
 	w.log.ErrorContext(ctx, "result not publishable; call dead-lettered", "call_id", call.CallID, "tool", call.Tool, "error", cause)
 }
 
@@ -190,9 +191,9 @@ func (d *delivery) abandonUnpublished(ran outcome, cause error) {
 	reason := capReason(fmt.Sprintf("result not published within %s: %v", w.retryLimit, cause))
 	if err := w.deadLetter(m, dlqToolToken(call.Tool), reason); err != nil {
 		dreason, _ := w.publishFault(err, w.names.DLQStream())
-		w.obs.publishFailed(ctx, "dead_letter", dreason)
+		w.obs.PublishFailed(ctx, "dead_letter", dreason)
 		w.retryLater(ctx, m, call, errors.New(reason))
-		setOutcome(ctx, "retry")
+		observe.SetOutcome(ctx, "retry")
 		return
 	}
 	o := refuse(call, protocol.DecisionAbandoned, protocol.CodeExecutionFailed,
@@ -204,7 +205,7 @@ func (d *delivery) abandonUnpublished(ran outcome, cause error) {
 		// The dead letter holds the call; its caller's wait ends with
 		// "Tool result missing".
 		rreason, _ := w.publishFault(err, w.names.ResultsStream())
-		w.obs.publishFailed(ctx, "result", rreason)
+		w.obs.PublishFailed(ctx, "result", rreason)
 		w.log.WarnContext(ctx, "abandonment result not published", "call_id", call.CallID, "error", err)
 	}
 	d.complete(o)

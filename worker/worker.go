@@ -26,6 +26,7 @@ import (
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 	"github.com/capstanhq/capstan/worker/internal/health"
 	"github.com/capstanhq/capstan/worker/internal/lease"
+	"github.com/capstanhq/capstan/worker/internal/observe"
 	"github.com/capstanhq/capstan/worker/internal/policywatch"
 )
 
@@ -40,7 +41,7 @@ type Worker struct {
 	log      *slog.Logger
 	ready    chan struct{}
 	names    protocol.Names
-	obs      *observer
+	obs      *observe.Observer
 	health   *health.Registry
 
 	// Set by Run.
@@ -120,7 +121,9 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 	}
 	w.audits.Publish, w.audits.Limit = w.publishAudit, w.auditLimit
 	w.sendResult = w.publishResult
-	if w.obs, err = newObserver(cfg.TracerProvider, cfg.MeterProvider); err != nil {
+	w.obs, err = observe.New(observe.Config{TracerProvider: cfg.TracerProvider, MeterProvider: cfg.MeterProvider,
+		Names: names, Pool: cfg.Pool, WorkerID: cfg.WorkerID, Hosted: func(name string) bool { _, ok := w.lookup(name); return ok }})
+	if err != nil {
 		return nil, err
 	}
 	w.health = health.New()
@@ -297,7 +300,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.timing = cons.Timing()
 	w.leases = &lease.Leases{KV: w.kv.leases, WorkerID: w.cfg.WorkerID, Timing: w.timing, Bound: w.boundCtx, Log: w.log}
-	unobserve, err := w.observeGauges(cons)
+	unobserve, err := w.obs.Gauges(cons, conn, w.secrets, w.cfg.Concurrency)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package worker
+package observe
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -19,14 +18,27 @@ type cacheStats interface {
 	Stats() (hits, misses uint64)
 }
 
-// observeGauges registers the observable metrics of a running worker: calls
+// Pending is the pool's consumer, asked how many calls wait in it.
+type Pending interface {
+	Pending(ctx context.Context) (waiting uint64, unacked int, err error)
+}
+
+// StreamSizer counts a stream's messages.
+type StreamSizer interface {
+	StreamMsgs(ctx context.Context, stream string) (uint64, error)
+}
+
+// Gauges registers the observable metrics of a running worker: calls
 // in flight, free slots, calls pending for the pool, the DLQ's size and the
 // secret cache's hits and misses. They are read when the metrics are
 // collected (a Prometheus scrape, an OTLP export); a NATS request that fails
 // then leaves its metric out of that collection. The returned function
 // unregisters them.
-func (w *Worker) observeGauges(cons *bus.PoolConsumer) (func(), error) {
-	m := telemetry.Meter(w.obs.mp)
+//
+// concurrency is the worker's slots; secrets is its secrets backend, whose
+// cache statistics are read when it has them (secrets.Cache).
+func (o *Observer) Gauges(cons Pending, conn StreamSizer, secrets any, concurrency int) (func(), error) {
+	m := telemetry.Meter(o.mp)
 	var errs []error
 	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
 		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -46,23 +58,23 @@ func (w *Worker) observeGauges(cons *bus.PoolConsumer) (func(), error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
-	pool := metric.WithAttributes(telemetry.AttrPool.String(w.cfg.Pool))
-	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		busy := w.obs.busy.Load()
-		o.ObserveInt64(inFlight, busy, pool)
-		o.ObserveInt64(free, int64(w.cfg.Concurrency)-busy, pool)
-		if c, ok := w.secrets.(cacheStats); ok {
+	pool := metric.WithAttributes(telemetry.AttrPool.String(o.cfg.Pool))
+	reg, err := m.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
+		busy := o.busy.Load()
+		obs.ObserveInt64(inFlight, busy, pool)
+		obs.ObserveInt64(free, int64(concurrency)-busy, pool)
+		if c, ok := secrets.(cacheStats); ok {
 			h, m := c.Stats()
-			o.ObserveInt64(hits, int64(h))
-			o.ObserveInt64(misses, int64(m))
+			obs.ObserveInt64(hits, int64(h))
+			obs.ObserveInt64(misses, int64(m))
 		}
 		ctx, cancel := context.WithTimeout(ctx, gaugeTimeout)
 		defer cancel()
 		if waiting, _, err := cons.Pending(ctx); err == nil {
-			o.ObserveInt64(pending, int64(waiting), pool)
+			obs.ObserveInt64(pending, int64(waiting), pool)
 		}
-		if n, err := w.conn.StreamMsgs(ctx, w.names.DLQStream()); err == nil {
-			o.ObserveInt64(dlq, int64(n))
+		if n, err := conn.StreamMsgs(ctx, o.cfg.Names.DLQStream()); err == nil {
+			obs.ObserveInt64(dlq, int64(n))
 		}
 		return nil
 	}, inFlight, free, pending, dlq, hits, misses)

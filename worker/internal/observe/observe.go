@@ -1,4 +1,10 @@
-package worker
+// Package observe is the tracing and metrics middleware around a worker's
+// calls: the consumer span of a delivery and the child spans of its phases,
+// spans around the accessors a tool uses (secrets, processes, HTTP), the
+// producer span of a result, and the worker's metrics and gauges. It sees
+// ids, names, decisions and codes only: never an argument value, a secret
+// value or a result.
+package observe
 
 import (
 	"context"
@@ -11,7 +17,10 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/scoped/fetch"
+	scopedsecrets "github.com/capstanhq/capstan/internal/scoped/secrets"
 	"github.com/capstanhq/capstan/internal/secrets"
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/tool"
@@ -22,11 +31,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// observer is the tracing and metrics middleware around every call: the
+// Observer is the tracing and metrics middleware around every call: the
 // pipeline calls it at the edges of each phase and never inside a tool.
 // Spans and metrics carry ids, names, decisions and codes only: never an
 // argument value, a secret value or a result.
-type observer struct {
+type Observer struct {
+	cfg    Config
 	tp     trace.TracerProvider
 	mp     metric.MeterProvider
 	tracer trace.Tracer
@@ -50,8 +60,21 @@ type observer struct {
 	blobBytes       metric.Int64Counter
 }
 
-func newObserver(tp trace.TracerProvider, mp metric.MeterProvider) (*observer, error) {
-	o := &observer{tp: tp, mp: mp, tracer: telemetry.Tracer(tp)}
+// Config says what the observer records about.
+type Config struct {
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	Names          protocol.Names
+	Pool, WorkerID string
+	// Hosted reports whether a tool name is hosted: metrics carry other
+	// names as telemetry.OtherTool.
+	Hosted func(name string) bool
+}
+
+// New builds the observer's tracer and metrics.
+func New(cfg Config) (*Observer, error) {
+	tp, mp := cfg.TracerProvider, cfg.MeterProvider
+	o := &Observer{cfg: cfg, tp: tp, mp: mp, tracer: telemetry.Tracer(tp)}
 	m := telemetry.Meter(mp)
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
@@ -87,8 +110,8 @@ func newObserver(tp trace.TracerProvider, mp metric.MeterProvider) (*observer, e
 	return o, nil
 }
 
-// publishFailed counts a failed publish of kind for reason.
-func (o *observer) publishFailed(ctx context.Context, kind, reason string) {
+// PublishFailed counts a failed publish of kind for reason.
+func (o *Observer) PublishFailed(ctx context.Context, kind, reason string) {
 	o.publishFailures.Add(ctx, 1, metric.WithAttributes(telemetry.AttrPublishKind.String(kind), telemetry.AttrPublishReason.String(reason)))
 }
 
@@ -103,7 +126,7 @@ type attrKey struct {
 }
 
 // measurement returns the cached measurement option of k.
-func (o *observer) measurement(k attrKey) metric.MeasurementOption {
+func (o *Observer) measurement(k attrKey) metric.MeasurementOption {
 	if v, ok := o.attrs.Load(k); ok {
 		return v.(metric.MeasurementOption)
 	}
@@ -117,45 +140,49 @@ func (o *observer) measurement(k attrKey) metric.MeasurementOption {
 	return v.(metric.MeasurementOption)
 }
 
-// callSpan is the consumer span of one delivery and what its end records.
-type callSpan struct {
-	span    trace.Span
-	start   time.Time
-	tool    string // the metrics' tool: a hosted tool's name, else telemetry.OtherTool
-	outcome string
+// CallSpan is the consumer span of one delivery and what its end records.
+type CallSpan struct {
+	// Span is the consumer span.
+	Span  trace.Span
+	start time.Time
+	tool  string // the metrics' tool: a hosted tool's name, else telemetry.OtherTool
+	// Outcome is how the delivery ended (its span's outcome attribute);
+	// "" ends it as "dropped".
+	Outcome string
 	busy    *atomic.Int64
 }
 
 type callSpanKey struct{}
 
-func callSpanFrom(ctx context.Context) *callSpan {
-	cs, _ := ctx.Value(callSpanKey{}).(*callSpan)
+// CallSpanFrom returns the delivery's span that ctx carries, or nil.
+func CallSpanFrom(ctx context.Context) *CallSpan {
+	cs, _ := ctx.Value(callSpanKey{}).(*CallSpan)
 	return cs
 }
 
 // metricTool is the tool name metrics carry: the name of a hosted tool, or
 // telemetry.OtherTool, so made-up names cannot grow their cardinality.
-func (w *Worker) metricTool(name string) string {
-	if _, ok := w.lookup(name); ok {
+func (o *Observer) metricTool(name string) string {
+	if o.cfg.Hosted(name) {
 		return name
 	}
 	return telemetry.OtherTool
 }
 
-// startCall starts the consumer span of a delivered call ("process
+// StartCall starts the consumer span of a delivered call ("process
 // <subject>"). Its parent is the producer's context from the call's
 // traceparent (lower-case, case-sensitive), and it links to it, as OTel
 // messaging conventions ask of a message that may be delivered again.
-func (w *Worker) startCall(m *bus.Msg) (context.Context, *callSpan) {
+func (o *Observer) StartCall(m *bus.Msg) (context.Context, *CallSpan) {
 	parent := telemetry.Extract(context.Background(), m.Header)
-	tokens, _ := w.names.ParseCallSubject(m.Subject)
-	cs := &callSpan{start: time.Now(), tool: w.metricTool(tokens.Tool), busy: &w.obs.busy}
-	w.obs.busy.Add(1)
+	tokens, _ := o.cfg.Names.ParseCallSubject(m.Subject)
+	cs := &CallSpan{start: time.Now(), tool: o.metricTool(tokens.Tool), busy: &o.busy}
+	o.busy.Add(1)
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
 	if producer := trace.SpanContextFromContext(parent); producer.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
 	}
-	ctx, span := w.obs.tracer.Start(parent, "process "+m.Subject, opts...)
+	ctx, span := o.tracer.Start(parent, "process "+m.Subject, opts...)
 	// The attributes are built only for a span that records them: an
 	// untraced worker (a no-op tracer, or a span not sampled) would
 	// allocate them on every call for nothing.
@@ -165,23 +192,23 @@ func (w *Worker) startCall(m *bus.Msg) (context.Context, *callSpan) {
 			semconv.MessagingOperationTypeProcess,
 			semconv.MessagingOperationName("process"),
 			semconv.MessagingDestinationName(m.Subject),
-			semconv.MessagingConsumerGroupName(w.cfg.Pool),
+			semconv.MessagingConsumerGroupName(o.cfg.Pool),
 			telemetry.AttrDeliveries.Int64(int64(m.Deliveries)),
-			telemetry.AttrWorkerID.String(w.cfg.WorkerID),
-			telemetry.AttrPool.String(w.cfg.Pool),
+			telemetry.AttrWorkerID.String(o.cfg.WorkerID),
+			telemetry.AttrPool.String(o.cfg.Pool),
 		)
 	}
-	cs.span = span
-	w.obs.deliveries.Add(ctx, 1, w.obs.measurement(attrKey{delivery: true, tool: cs.tool, redelivery: m.Deliveries > 1}))
+	cs.Span = span
+	o.deliveries.Add(ctx, 1, o.measurement(attrKey{delivery: true, tool: cs.tool, redelivery: m.Deliveries > 1}))
 	return context.WithValue(ctx, callSpanKey{}, cs), cs
 }
 
-// decoded records the call's ids on its consumer span.
-func (cs *callSpan) decoded(call *protocol.Call) {
-	if !cs.span.IsRecording() {
+// Decoded records the call's ids on its consumer span.
+func (cs *CallSpan) Decoded(call *protocol.Call) {
+	if !cs.Span.IsRecording() {
 		return
 	}
-	cs.span.SetAttributes(
+	cs.Span.SetAttributes(
 		semconv.MessagingMessageID(call.CallID),
 		telemetry.GenAIToolCallID.String(call.CallID),
 		telemetry.GenAIToolName.String(call.Tool),
@@ -189,50 +216,50 @@ func (cs *callSpan) decoded(call *protocol.Call) {
 	)
 }
 
-// end ends the consumer span with the outcome set along the way.
-func (cs *callSpan) end() {
-	outcome := cs.outcome
+// End ends the consumer span with the outcome set along the way.
+func (cs *CallSpan) End() {
+	outcome := cs.Outcome
 	if outcome == "" {
 		outcome = "dropped"
 	}
-	cs.span.SetAttributes(telemetry.AttrOutcome.String(outcome))
+	cs.Span.SetAttributes(telemetry.AttrOutcome.String(outcome))
 	if outcome != "ok" && outcome != "duplicate" && outcome != "handback" && outcome != "in_progress" {
-		cs.span.SetStatus(codes.Error, outcome)
+		cs.Span.SetStatus(codes.Error, outcome)
 	}
-	cs.span.End()
+	cs.Span.End()
 	cs.busy.Add(-1)
 }
 
-// setOutcome records how the delivery ended, for its span.
-func setOutcome(ctx context.Context, outcome string) {
-	if cs := callSpanFrom(ctx); cs != nil {
-		cs.outcome = outcome
+// SetOutcome records how the delivery ended, for its span.
+func SetOutcome(ctx context.Context, outcome string) {
+	if cs := CallSpanFrom(ctx); cs != nil {
+		cs.Outcome = outcome
 	}
 }
 
-// recordAnswer records a published result: the span's outcome and decision, the
+// RecordAnswer records a published result res of a call of tool: the span's outcome and decision, the
 // calls counter and, for a delivery handled here, the duration histogram.
-func (w *Worker) recordAnswer(ctx context.Context, call *protocol.Call, o outcome) {
+func (o *Observer) RecordAnswer(ctx context.Context, tool string, res *protocol.Result, decision string) {
 	outcome := "ok"
-	if !o.result.OK {
-		outcome = string(o.result.Code)
+	if !res.OK {
+		outcome = string(res.Code)
 	}
-	toolName := w.metricTool(call.Tool)
-	attrs := w.obs.measurement(attrKey{tool: toolName, outcome: outcome})
-	w.obs.calls.Add(ctx, 1, attrs)
-	if cs := callSpanFrom(ctx); cs != nil {
-		cs.outcome = outcome
-		cs.span.SetAttributes(telemetry.AttrDecision.String(o.decision))
-		if !o.result.OK {
-			cs.span.SetAttributes(semconv.ErrorTypeKey.String(outcome))
+	toolName := o.metricTool(tool)
+	attrs := o.measurement(attrKey{tool: toolName, outcome: outcome})
+	o.calls.Add(ctx, 1, attrs)
+	if cs := CallSpanFrom(ctx); cs != nil {
+		cs.Outcome = outcome
+		cs.Span.SetAttributes(telemetry.AttrDecision.String(decision))
+		if !res.OK {
+			cs.Span.SetAttributes(semconv.ErrorTypeKey.String(outcome))
 		}
-		w.obs.duration.Record(ctx, time.Since(cs.start).Seconds(), attrs)
+		o.duration.Record(ctx, time.Since(cs.start).Seconds(), attrs)
 	}
 }
 
-// isDenial reports whether a decision is a policy gate's refusal (not a
+// IsDenial reports whether a decision is a policy gate's refusal (not a
 // cancellation, deadline or decode error).
-func isDenial(decision string) bool {
+func IsDenial(decision string) bool {
 	switch decision {
 	case protocol.DecisionUnknownTool, protocol.DecisionExcluded, protocol.DecisionPersonality, protocol.DecisionToolset,
 		protocol.DecisionPermission, protocol.DecisionAvailable, protocol.DecisionRateLimit, protocol.DecisionSchema,
@@ -242,41 +269,41 @@ func isDenial(decision string) bool {
 	return false
 }
 
-// denied records a denial: a span event on span naming the gate (the rule)
+// Denied records a denial: a span event on span naming the gate (the rule)
 // and the code, and the denials counter. Never the denial's detail, which
 // may quote argument values.
-func (w *Worker) denied(ctx context.Context, span trace.Span, gate, code string) {
+func (o *Observer) Denied(ctx context.Context, span trace.Span, gate, code string) {
 	attrs := []attribute.KeyValue{telemetry.AttrGate.String(gate), telemetry.AttrDenialCode.String(code)}
 	span.AddEvent(telemetry.EventDenial, trace.WithAttributes(attrs...))
-	w.obs.denials.Add(ctx, 1, metric.WithAttributes(attrs...))
+	o.denials.Add(ctx, 1, metric.WithAttributes(attrs...))
 	if gate == protocol.DecisionRateLimit {
-		w.obs.rateLimited.Add(ctx, 1)
+		o.rateLimited.Add(ctx, 1)
 	}
 }
 
 // noSpan is the span of a phase that is not traced: it does nothing.
 var noSpan = trace.SpanFromContext(context.Background())
 
-// phase starts a child span of the call's current span.
+// Phase starts a child span of the call's current span.
 // A call whose span records nothing gets no phase spans: every sampler a
 // worker can be configured with decides a child as it decided its parent
 // (by the parent's decision or by the trace id), so they would record
 // nothing either; ctx is returned as is, with a span that does nothing.
-func (w *Worker) phase(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+func (o *Observer) Phase(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return ctx, noSpan
 	}
-	ctx, span := w.obs.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
 	if len(attrs) > 0 && span.IsRecording() { // see startCall
 		span.SetAttributes(attrs...)
 	}
 	return ctx, span
 }
 
-// httpTransport is the fetch accessor's transport middleware: otelhttp
+// HTTPTransport is the fetch accessor's transport middleware: otelhttp
 // client spans, children of the tool's execution span.
-func (w *Worker) httpTransport(next http.RoundTripper) http.RoundTripper {
-	return telemetry.HTTPTransport(next, w.obs.tp, w.obs.mp)
+func (o *Observer) HTTPTransport(next http.RoundTripper) http.RoundTripper {
+	return telemetry.HTTPTransport(next, o.tp, o.mp)
 }
 
 // tracedSecrets gives every secret resolution a span. The span names
@@ -351,22 +378,22 @@ func (r tracedRunner) Run(ctx context.Context, cmd tool.Command) (*tool.ProcessR
 	return res, err
 }
 
-// traceAccessors wraps the call's secrets and process accessors with spans.
-func (w *Worker) traceAccessors(tc *tool.Context) {
+// TraceAccessors wraps the call's secrets and process accessors with spans.
+func (o *Observer) TraceAccessors(tc *tool.Context) {
 	if tc.Secrets != nil {
-		tc.Secrets = tracedSecrets{next: tc.Secrets, tracer: w.obs.tracer}
+		tc.Secrets = tracedSecrets{next: tc.Secrets, tracer: o.tracer}
 	}
 	if tc.Process != nil {
-		tc.Process = tracedRunner{next: tc.Process, tracer: w.obs.tracer}
+		tc.Process = tracedRunner{next: tc.Process, tracer: o.tracer}
 	}
 }
 
-// startPublish starts the producer span of a result publication. The span
+// StartPublish starts the producer span of a result publication. The span
 // is named after the subject template: the real subject holds ids.
 // The caller sets the body size once the message is encoded.
-func (w *Worker) startPublish(ctx context.Context, subject, callID string) (context.Context, trace.Span) {
-	template := w.names.Prefix() + ".result.{personality}.{batch_id}.{call_id}"
-	ctx, span := w.obs.tracer.Start(ctx, "send "+template, trace.WithSpanKind(trace.SpanKindProducer))
+func (o *Observer) StartPublish(ctx context.Context, subject, callID string) (context.Context, trace.Span) {
+	template := o.cfg.Names.Prefix() + ".result.{personality}.{batch_id}.{call_id}"
+	ctx, span := o.tracer.Start(ctx, "send "+template, trace.WithSpanKind(trace.SpanKindProducer))
 	if span.IsRecording() { // see startCall
 		span.SetAttributes(
 			semconv.MessagingSystemKey.String("nats"),
@@ -380,7 +407,8 @@ func (w *Worker) startPublish(ctx context.Context, subject, callID string) (cont
 	return ctx, span
 }
 
-func endPublish(span trace.Span, err error) {
+// EndPublish ends a result's producer span, marked failed when err is set.
+func EndPublish(span trace.Span, err error) {
 	if err != nil {
 		span.SetAttributes(semconv.ErrorTypeOther)
 		span.SetStatus(codes.Error, "publish failed")
@@ -394,4 +422,42 @@ func denialCode(err error) (string, bool) {
 		return "", false
 	}
 	return tool.DenialCode(err)
+}
+
+// BlobStored counts a blob of size bytes stored by reference.
+func (o *Observer) BlobStored(ctx context.Context, size int) {
+	o.blobs.Add(ctx, 1)
+	o.blobBytes.Add(ctx, int64(size))
+}
+
+// Busy is the number of deliveries being handled.
+func (o *Observer) Busy() int64 { return o.busy.Load() }
+
+// tracedInjection gives every resolution of a secret the fetcher injects
+// a "resolve secret" span, as tracedSecrets does for raw reads.
+type tracedInjection struct {
+	next   *scopedsecrets.Injection
+	tracer trace.Tracer
+}
+
+func (t tracedInjection) CheckDestination(ref string, e capability.Endpoint) error {
+	return t.next.CheckDestination(ref, e)
+}
+
+func (t tracedInjection) CheckCarried(e capability.Endpoint, parts ...string) error {
+	return t.next.CheckCarried(e, parts...)
+}
+
+func (t tracedInjection) Resolve(ctx context.Context, ref string) (string, error) {
+	ctx, span := t.tracer.Start(ctx, "resolve secret", trace.WithSpanKind(trace.SpanKindInternal))
+	defer span.End()
+	v, err := t.next.Resolve(ctx, ref)
+	endSecretSpan(span, err)
+	return v, err
+}
+
+// WrapInjection gives the secrets the fetch accessor injects a span per
+// resolution (pipeline.Backends.WrapInjection).
+func (o *Observer) WrapInjection(inj *scopedsecrets.Injection) fetch.Secrets {
+	return tracedInjection{next: inj, tracer: o.tracer}
 }
