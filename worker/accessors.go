@@ -123,7 +123,7 @@ func (w *Worker) backends() error {
 		return err
 	}
 	w.resolver = process.NewResolver(w.procCfg.TrustedPATH)
-	for _, h := range w.order {
+	for _, h := range w.tools.Order() {
 		if h.Capabilities.Process != nil {
 			w.resolveNames(h.Capabilities.Process.AllowedBinaries)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/shape"
 	"github.com/capstanhq/capstan/tool"
+	"github.com/capstanhq/capstan/worker/internal/toolset"
 )
 
 // blobTimeout bounds the storing of one blob.
@@ -27,7 +28,7 @@ type blobPlan struct {
 // personality p may be stored by reference: blobs are on for this worker
 // (and its blobs bucket exists), the tool is one of BlobConfig.Tools, and
 // the personality does not forbid them.
-func (w *Worker) blobsAllowed(h *hosted, p *capability.Personality) bool {
+func (w *Worker) blobsAllowed(h *toolset.Hosted, p *capability.Personality) bool {
 	if w.cfg.Blobs.Off || !w.blobsOn.Load() || (p != nil && p.ForbidBlobs) {
 		return false
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 	"github.com/capstanhq/capstan/worker/internal/lease"
 	"github.com/capstanhq/capstan/worker/internal/observe"
+	"github.com/capstanhq/capstan/worker/internal/toolset"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
@@ -23,7 +24,7 @@ import (
 
 // admission is what the gates resolved for a call they let through.
 type admission struct {
-	h     *hosted
+	h     *toolset.Hosted
 	p     *capability.Personality
 	tc    *tool.Context
 	grant *capability.Grant
@@ -73,7 +74,7 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *cancelb
 	// 2. Unknown tool.
 	h, ok := w.lookup(call.Tool)
 	if !ok {
-		if msg := w.mcpUnavailable(call.Tool); msg != "" {
+		if msg := w.mcp.Unavailable(call.Tool); msg != "" {
 			// A tool of a hosted MCP server that could not list its tools.
 			return refuse(call, protocol.DecisionAvailable, protocol.CodeNotAvailable, msg)
 		}
@@ -113,7 +114,7 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *cancelb
 	}
 	// 8. Arguments; 9. capabilities: registration-time validation against
 	// this personality, fail-closed backends, resolution.
-	if ref := pipeline.Arguments(&h.Tool, h.schema, p, call); ref != nil {
+	if ref := pipeline.Arguments(&h.Tool, h.Schema, p, call); ref != nil {
 		return refusal(call, ref)
 	}
 	if msg := w.missingBackend(&h.Tool); msg != "" {
@@ -158,7 +159,7 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *cancelbook.Cal
 	w.obs.TraceAccessors(tc)
 	start := time.Now()
 	var res tool.Result
-	cause := w.mcpSendTo(h.Name, a.grant)
+	cause := w.mcp.SendTo(h.Name, a.grant)
 	if cause != nil {
 		// A hosted url server's secrets may not go to its host for this
 		// personality: refused, as the fetch accessor refuses a request,
@@ -219,7 +220,7 @@ func refusal(call *protocol.Call, r *capability.Refusal) outcome {
 }
 
 // available asks a tool's availability check, treating a panic as unavailable.
-func available(ctx context.Context, h *hosted, tc *tool.Context) (ok bool) {
+func available(ctx context.Context, h *toolset.Hosted, tc *tool.Context) (ok bool) {
 	defer func() {
 		if recover() != nil {
 			ok = false
@@ -240,7 +241,7 @@ func (w *Worker) toolContext(call *protocol.Call, p *capability.Personality) *to
 // A tool that ignores its context is abandoned when the context ends.
 // traceCtx gives the tool's context its span (and nothing else: the call's
 // cancellation comes from the worker).
-func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Call, tc *tool.Context, r *cancelbook.Call) (tool.Result, error) {
+func (w *Worker) execute(traceCtx context.Context, h *toolset.Hosted, call *protocol.Call, tc *tool.Context, r *cancelbook.Call) (tool.Result, error) {
 	timeout := w.cfg.CallTimeout
 	if call.TimeoutMS > 0 {
 		timeout = min(timeout, time.Duration(call.TimeoutMS)*time.Millisecond)
@@ -277,7 +278,7 @@ func (w *Worker) execute(traceCtx context.Context, h *hosted, call *protocol.Cal
 // limit bytes encoded; a result no message can carry becomes the oversized
 // failure. body is the text published before the untrusted wrap or
 // stripping: what planBlob compares with the full output.
-func (w *Worker) shapeResult(h *hosted, call *protocol.Call, tc *tool.Context, res tool.Result, limit int) (out protocol.Result, body string) {
+func (w *Worker) shapeResult(h *toolset.Hosted, call *protocol.Call, tc *tool.Context, res tool.Result, limit int) (out protocol.Result, body string) {
 	out, body, fits := pipeline.Shape(&h.Tool, w.reducers, call, tc, res, w.cfg.WorkerID, pipeline.Limits{Bytes: limit, StructuredBytes: w.cfg.StructuredMaxBytes})
 	if !fits {
 		out = w.oversized(out, encodedLen(&out), w.limitText(min(w.cfg.ResultMaxBytes, w.conn.MaxPayload())))

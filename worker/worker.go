@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/capstanhq/capstan/internal/argschema"
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/embedded"
+	"github.com/capstanhq/capstan/internal/mcphost"
 	"github.com/capstanhq/capstan/internal/pipeline"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/ratelimit"
@@ -24,19 +24,24 @@ import (
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker/internal/auditlog"
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
+	"github.com/capstanhq/capstan/worker/internal/catalog"
 	"github.com/capstanhq/capstan/worker/internal/health"
 	"github.com/capstanhq/capstan/worker/internal/lease"
+	"github.com/capstanhq/capstan/worker/internal/mcptools"
 	"github.com/capstanhq/capstan/worker/internal/observe"
 	"github.com/capstanhq/capstan/worker/internal/policywatch"
+	"github.com/capstanhq/capstan/worker/internal/toolset"
 )
 
 // Worker runs tool calls. Create it with New and start it with Run; a Worker
 // runs once.
 type Worker struct {
-	cfg      Config
-	tools    map[string]*hosted // given to New
-	order    []*hosted
-	mcp      mcpTools // hosted from MCP servers (CAPSTAN_MCP_SERVERS_DIR)
+	cfg Config
+	// tools are the hosted tools: those given to New, and those of the
+	// MCP servers (mcp: CAPSTAN_MCP_SERVERS_DIR, nil without).
+	tools    toolset.Set
+	mcp      *mcptools.Servers
+	catalog  *catalog.Registry
 	reducers *shape.Reducers
 	log      *slog.Logger
 	ready    chan struct{}
@@ -86,12 +91,6 @@ type Worker struct {
 	procCfg  process.Config
 }
 
-type hosted struct {
-	tool.Tool
-	schema *argschema.Schema
-	entry  protocol.CatalogEntry
-}
-
 type buckets struct {
 	personalities, tools, cancels, leases, workers, ratelimits, failures, storage, reads *bus.KV
 }
@@ -111,7 +110,6 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 	w := &Worker{
 		runners:  newRunners(),
 		cfg:      cfg,
-		tools:    make(map[string]*hosted),
 		reducers: shape.NewReducers(),
 		log:      slog.New(telemetry.TraceHandler(cfg.Logger.Handler())),
 		ready:    make(chan struct{}),
@@ -127,49 +125,20 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 		return nil, err
 	}
 	w.health = health.New()
-	for _, t := range tools {
-		if len(cfg.Tools) > 0 && !slices.Contains(cfg.Tools, t.Name) {
-			continue
-		}
-		if err := t.Validate(); err != nil {
-			return nil, err
-		}
-		if _, dup := w.tools[t.Name]; dup {
-			return nil, fmt.Errorf("tool %s is given twice", t.Name)
-		}
-		schema, err := argschema.Compile(t.Name, t.Schema)
-		if err != nil {
-			return nil, err
-		}
-		h := &hosted{Tool: t, schema: schema}
-		h.entry, err = catalogEntry(t, cfg.Pool)
-		if err != nil {
-			return nil, err
-		}
-		w.tools[t.Name] = h
-		w.order = append(w.order, h)
-	}
-	for _, name := range cfg.Tools {
-		if _, ok := w.tools[name]; !ok {
-			return nil, fieldErrorf("Tools", "names %q, which is not a known tool", name)
-		}
-	}
-	for _, name := range cfg.Blobs.Tools {
-		if _, ok := w.tools[name]; !ok {
-			return nil, fieldErrorf("Blobs.Tools", "names %q, which this worker does not host", name)
-		}
+	if err := w.host(tools); err != nil {
+		return nil, err
 	}
 	if err := w.backends(); err != nil {
 		return nil, err
 	}
-	if err := w.loadMCP(); err != nil {
+	if w.mcp, err = mcptools.Load(w.mcpConfig()); err != nil {
 		return nil, err
 	}
-	if len(w.order) == 0 && len(w.mcp.defs) == 0 {
+	if len(w.tools.Order()) == 0 && !w.mcp.Hosts() {
 		return nil, errors.New("worker: no tools to host")
 	}
 	for name, fn := range builtinReducers {
-		if _, ok := w.tools[name]; ok {
+		if _, ok := w.tools.Given(name); ok {
 			if _, err := w.reducers.Register(name, fn); err != nil {
 				return nil, err
 			}
@@ -228,7 +197,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// Hosted MCP servers start while the worker connects; they are stopped
 	// last, after the drain, since the calls that drain need them.
-	stopMCP := w.startMCP(ctx)
+	stopMCP := w.mcp.Start(ctx)
 	defer stopMCP()
 	url, creds := w.cfg.NATSURL, w.cfg.NATSCreds
 	if url == "" && w.cfg.NATSConn == nil {
@@ -255,10 +224,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.checkBlobs(startCtx)
+	w.catalog = &catalog.Registry{Tools: w.kv.tools, Workers: w.kv.workers, WorkerID: w.cfg.WorkerID, Pool: w.cfg.Pool,
+		Concurrency: w.cfg.Concurrency, InFlight: func() int { return w.inflight.Count() }, Hosted: w.tools.All, Log: w.log}
 	// From now on a hosted MCP server's tools go to the catalog as soon
-	// as it lists them (register below takes those listed before).
-	w.mcp.registered.Store(true)
-	defer w.mcp.registered.Store(false)
+	// as it lists them (Register below takes those listed before).
+	w.mcp.Registered(w.catalog)
+	defer w.mcp.Registered(nil)
 	w.limiter = ratelimit.New(w.kv.ratelimits, nil)
 	w.inflight = cancelbook.New(bus.RecordTTL)
 	w.slots = make(chan struct{}, w.cfg.Concurrency)
@@ -273,10 +244,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer w.policies.Stop()
-	if err := w.register(startCtx); err != nil {
+	if err := w.catalog.Register(startCtx); err != nil {
 		return err
 	}
-	defer w.deregister()
+	defer func() {
+		ctx, cancel := w.opCtx()
+		defer cancel()
+		w.catalog.Deregister(ctx)
+	}()
 	requests := &cancelbook.Requests{Book: w.inflight, Names: w.names, Store: w.kv.cancels, OpCtx: w.opCtx, Log: w.log}
 	cancelSub, err := conn.Subscribe(w.names.CancelFilter(), "", requests.Handle)
 	if err != nil {
@@ -305,13 +280,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer unobserve()
-	go w.heartbeatRegistration(ctx)
+	go w.catalog.Heartbeat(ctx)
 	abandonDone := make(chan struct{})
 	go func() { defer close(abandonDone); w.handleAbandoned(ctx, abandoned) }()
 	defer func() { <-abandonDone }()
 
-	w.awaitMCP(ctx)
-	w.log.InfoContext(ctx, "worker ready", "worker_id", w.cfg.WorkerID, "pool", w.cfg.Pool, "tools", len(w.hostedTools()), "concurrency", w.cfg.Concurrency)
+	w.mcp.Await(ctx)
+	w.log.InfoContext(ctx, "worker ready", "worker_id", w.cfg.WorkerID, "pool", w.cfg.Pool, "tools", len(w.tools.All()), "concurrency", w.cfg.Concurrency)
 	close(w.ready)
 	// One long-lived handler goroutine per slot: a goroutine started per
 	// call grows its stack from the start on every call, which cost a
@@ -433,10 +408,55 @@ func (w *Worker) drain() {
 // personalityLoader loads PersonalitiesDir into the personalities bucket,
 // validated against the tools given to New and the hosted MCP servers.
 func (w *Worker) personalityLoader() *policywatch.Loader {
-	tools := make([]*tool.Tool, len(w.order))
-	for i, h := range w.order {
+	tools := make([]*tool.Tool, len(w.tools.Order()))
+	for i, h := range w.tools.Order() {
 		tools[i] = &h.Tool
 	}
 	return &policywatch.Loader{Dir: w.cfg.PersonalitiesDir, Home: w.cfg.Home, Default: w.cfg.DefaultPersonality,
-		Tools: tools, ValidateMCP: w.validateMCP, KV: w.kv.personalities, Names: w.names, Log: w.log}
+		Tools: tools, ValidateMCP: w.mcp.Validate, KV: w.kv.personalities, Names: w.names, Log: w.log}
 }
+
+// host hosts the tools given to New that cfg.Tools names (every one when
+// it names none).
+func (w *Worker) host(tools []tool.Tool) error {
+	cfg := &w.cfg
+	for _, t := range tools {
+		if len(cfg.Tools) > 0 && !slices.Contains(cfg.Tools, t.Name) {
+			continue
+		}
+		if err := t.Validate(); err != nil {
+			return err
+		}
+		if _, dup := w.tools.Given(t.Name); dup {
+			return fmt.Errorf("tool %s is given twice", t.Name)
+		}
+		h, err := toolset.Host(t, cfg.Pool)
+		if err != nil {
+			return err
+		}
+		_ = w.tools.Add(h)
+	}
+	for _, name := range cfg.Tools {
+		if _, ok := w.tools.Given(name); !ok {
+			return fieldErrorf("Tools", "names %q, which is not a known tool", name)
+		}
+	}
+	for _, name := range cfg.Blobs.Tools {
+		if _, ok := w.tools.Given(name); !ok {
+			return fieldErrorf("Blobs.Tools", "names %q, which this worker does not host", name)
+		}
+	}
+	return nil
+}
+
+// mcpConfig is what the hosted MCP servers share with the worker.
+func (w *Worker) mcpConfig() mcptools.Config {
+	return mcptools.Config{Dir: w.cfg.MCPServersDir, CallTimeout: w.cfg.CallTimeout, Pool: w.cfg.Pool, Set: &w.tools,
+		Secrets: w.secrets, Process: w.procCfg, Resolver: w.resolver, ResolveNames: w.resolveNames,
+		TracerProvider: w.cfg.TracerProvider, WrapTransport: w.obs.HTTPTransport, AllowPrivateURLs: w.cfg.mcpPrivateURLs,
+		SetStatus: func(st map[string]mcphost.Status) { w.SetReadyDetail("mcp_servers", st) },
+		OpCtx:     w.opCtx, Log: w.log}
+}
+
+// lookup returns the hosted tool named name.
+func (w *Worker) lookup(name string) (*toolset.Hosted, bool) { return w.tools.Lookup(name) }
