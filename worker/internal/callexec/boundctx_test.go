@@ -1,4 +1,4 @@
-package worker
+package callexec
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// A bus operation's context keeps the call's span, has opTimeout, and ends
+// A bus operation's context keeps the call's span, has OpTimeout, and ends
 // with the worker's operations context; a caller's context that can end
 // ends it too.
 func TestBoundCtx(t *testing.T) {
@@ -19,22 +19,22 @@ func TestBoundCtx(t *testing.T) {
 
 	t.Run("a call's context", func(t *testing.T) {
 		ops, stopOps := context.WithCancel(context.Background())
-		w := &Worker{ops: ops}
-		ctx, cancel := w.boundCtx(callCtx)
+		s := &Services{ops: ops}
+		ctx, cancel := s.BoundCtx(callCtx)
 		defer cancel()
 		assert.Equal(t, sc, trace.SpanContextFromContext(ctx), "the call's span")
 		deadline, ok := ctx.Deadline()
 		require.True(t, ok)
-		assert.WithinDuration(t, time.Now().Add(opTimeout), deadline, time.Second)
+		assert.WithinDuration(t, time.Now().Add(OpTimeout), deadline, time.Second)
 		require.NoError(t, ctx.Err())
 		stopOps()
 		requireDone(t, ctx, "ends with the operations context")
 	})
 
 	t.Run("a context that can end", func(t *testing.T) {
-		w := &Worker{ops: context.Background()}
+		s := &Services{ops: context.Background()}
 		parent, cancelParent := context.WithCancel(callCtx)
-		ctx, cancel := w.boundCtx(parent)
+		ctx, cancel := s.BoundCtx(parent)
 		defer cancel()
 		assert.Equal(t, sc, trace.SpanContextFromContext(ctx))
 		require.NoError(t, ctx.Err())

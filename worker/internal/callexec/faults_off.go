@@ -1,6 +1,6 @@
 //go:build !capstan_faults
 
-package worker
+package callexec
 
 import "github.com/capstanhq/capstan/internal/protocol"
 

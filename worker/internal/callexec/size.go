@@ -1,4 +1,4 @@
-package worker
+package callexec
 
 import (
 	"fmt"
@@ -48,14 +48,14 @@ const (
 // resultLimit returns the largest result message body published now: the
 // smaller of ResultMaxBytes and the server's max payload, less the room of
 // the headers.
-func (w *Worker) resultLimit() int {
-	return min(w.cfg.ResultMaxBytes, w.conn.MaxPayload()) - headerReserve
+func (s *Services) resultLimit() int {
+	return min(s.cfg.ResultMaxBytes, s.bus.MaxPayload()) - headerReserve
 }
 
 // limitText names the limit a result of limit bytes was held to, for
 // messages: the server's max payload or the worker's own limit.
-func (w *Worker) limitText(limit int) string {
-	if w.conn != nil && limit >= w.conn.MaxPayload() {
+func (s *Services) limitText(limit int) string {
+	if s.bus != nil && limit >= s.bus.MaxPayload() {
 		return "the server's " + bus.FormatBytes(int64(limit)) + " message limit"
 	}
 	return "the worker's " + bus.FormatBytes(int64(limit)) + " result limit (CAPSTAN_RESULT_MAX_BYTES)"
@@ -73,7 +73,7 @@ func fitText(r *protocol.Result, text string, budget int, finish func(string) st
 // bytes can carry it (size bytes encoded): execution_failed naming both
 // sizes. Its ids, duration, worker, deliveries and blob reference are
 // kept: a blob already stored still holds the full output.
-func (w *Worker) oversized(res protocol.Result, size int, limit string) protocol.Result {
+func (s *Services) oversized(res protocol.Result, size int, limit string) protocol.Result {
 	msg := fmt.Sprintf("result of %s exceeds %s; the output was dropped", bus.FormatBytes(int64(size)), limit)
 	if res.Blob != nil {
 		msg += " (the full output is in blob " + res.Blob.Bucket + "/" + res.Blob.Name + ")"

@@ -1,8 +1,8 @@
-package worker
+package callexec
 
 import "sync/atomic"
 
-// runners runs tools on long-lived goroutines. A tool runs apart from its
+// Runners runs tools on long-lived goroutines. A tool runs apart from its
 // handler so that a tool ignoring its cancellation cannot hold the slot
 // (execute returns at the timeout or the cancel, whatever the tool does);
 // a goroutine started for every call would grow its stack anew each time,
@@ -11,16 +11,17 @@ import "sync/atomic"
 // is when every runner is busy or stuck in a tool that ignored its
 // cancellation, so there are never more runners than tools running at once
 // plus those finishing.
-type runners struct {
+type Runners struct {
 	jobs chan func()
 	// started counts the runners started.
 	started atomic.Int64
 }
 
-func newRunners() *runners { return &runners{jobs: make(chan func())} }
+// NewRunners returns runners, none started yet.
+func NewRunners() *Runners { return &Runners{jobs: make(chan func())} }
 
 // run runs f on an idle runner, or on a new one when none is idle.
-func (r *runners) run(f func()) {
+func (r *Runners) run(f func()) {
 	select {
 	case r.jobs <- f:
 	default:
@@ -30,12 +31,12 @@ func (r *runners) run(f func()) {
 }
 
 // loop runs f, then every job handed to it, until close.
-func (r *runners) loop(f func()) {
+func (r *Runners) loop(f func()) {
 	for ok := true; ok; f, ok = <-r.jobs {
 		f()
 	}
 }
 
-// close ends the idle runners, and every busy one once its tool returns.
-// run may not be called after close.
-func (r *runners) close() { close(r.jobs) }
+// Close ends the idle runners, and every busy one once its tool returns.
+// run may not be called after Close.
+func (r *Runners) Close() { close(r.jobs) }

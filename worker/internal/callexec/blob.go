@@ -1,4 +1,4 @@
-package worker
+package callexec
 
 import (
 	"context"
@@ -28,11 +28,11 @@ type blobPlan struct {
 // personality p may be stored by reference: blobs are on for this worker
 // (and its blobs bucket exists), the tool is one of BlobConfig.Tools, and
 // the personality does not forbid them.
-func (w *Worker) blobsAllowed(h *toolset.Hosted, p *capability.Personality) bool {
-	if w.cfg.Blobs.Off || !w.blobsOn.Load() || (p != nil && p.ForbidBlobs) {
+func (s *Services) blobsAllowed(h *toolset.Hosted, p *capability.Personality) bool {
+	if s.cfg.Blobs.Off || !s.blobsOn() || (p != nil && p.ForbidBlobs) {
 		return false
 	}
-	return len(w.cfg.Blobs.Tools) == 0 || slices.Contains(w.cfg.Blobs.Tools, h.Name)
+	return len(s.cfg.Blobs.Tools) == 0 || slices.Contains(s.cfg.Blobs.Tools, h.Name)
 }
 
 // planBlob decides what, if anything, to store by reference for a shaped
@@ -44,8 +44,8 @@ func (w *Worker) blobsAllowed(h *toolset.Hosted, p *capability.Personality) bool
 //     tool's Full when it set one, else its Value before the reducer and
 //     the trims) or the error message, redacted like the result;
 //   - else the structured payload, when the message left it out.
-func (w *Worker) planBlob(raw tool.Result, body string, out *protocol.Result, tc *tool.Context) *blobPlan {
-	fits := func(n int) bool { return n >= w.cfg.Blobs.MinBytes && n <= w.cfg.Blobs.MaxBytes && n > 0 }
+func (s *Services) planBlob(raw tool.Result, body string, out *protocol.Result, tc *tool.Context) *blobPlan {
+	fits := func(n int) bool { return n >= s.cfg.Blobs.MinBytes && n <= s.cfg.Blobs.MaxBytes && n > 0 }
 	part, full := protocol.BlobPartValue, raw.Value
 	switch {
 	case !raw.OK:
@@ -76,22 +76,23 @@ func (w *Worker) planBlob(raw tool.Result, body string, out *protocol.Result, tc
 // and puts its reference into the result. A blob that cannot be stored
 // leaves the result without one (logged and counted): the result itself
 // is never held back by the blobs bucket.
-func (w *Worker) storeBlob(ctx context.Context, call *protocol.Call, o *outcome) {
+func (e *Executor) storeBlob(ctx context.Context, call *protocol.Call, o *outcome) {
+	s := e.s
 	plan := o.blob
 	o.blob = nil
-	bctx, cancel := context.WithTimeout(w.execBase, blobTimeout)
+	bctx, cancel := context.WithTimeout(s.execBase, blobTimeout)
 	defer cancel()
-	stop := context.AfterFunc(w.opsBase(), cancel)
+	stop := context.AfterFunc(s.opsBase(), cancel)
 	defer stop()
-	ref, err := w.conn.PutBlob(bctx, call.PersonalityID+"/"+call.CallID, call.PersonalityID+"."+rand.Text(), plan.contentType, plan.data)
+	ref, err := s.bus.PutBlob(bctx, call.PersonalityID+"/"+call.CallID, call.PersonalityID+"."+rand.Text(), plan.contentType, plan.data)
 	if err != nil {
-		reason, _ := w.publishFault(err, "OBJ_"+w.names.BlobsBucket())
-		w.obs.PublishFailed(ctx, "blob", reason)
-		w.log.WarnContext(ctx, "cannot store the full output as a blob; the result carries only its cut", "call_id", call.CallID,
+		reason, _ := s.publishFault(err, "OBJ_"+s.names.BlobsBucket())
+		s.obs.PublishFailed(ctx, "blob", reason)
+		s.log.WarnContext(ctx, "cannot store the full output as a blob; the result carries only its cut", "call_id", call.CallID,
 			"tool", call.Tool, "bytes", len(plan.data), "error", err)
 		return
 	}
 	ref.Part = plan.part
 	o.result.Blob = &ref
-	w.obs.BlobStored(ctx, len(plan.data))
+	s.obs.BlobStored(ctx, len(plan.data))
 }

@@ -1,4 +1,4 @@
-package worker
+package callexec
 
 import (
 	"sync"
@@ -10,8 +10,8 @@ import (
 )
 
 func TestRunnersReuseIdleGoroutines(t *testing.T) {
-	r := newRunners()
-	defer r.close()
+	r := NewRunners()
+	defer r.Close()
 	done := make(chan struct{})
 	const jobs = 1000
 	for range jobs {
@@ -26,7 +26,7 @@ func TestRunnersReuseIdleGoroutines(t *testing.T) {
 
 func TestRunnersNeverWaitForABusyRunner(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	r := newRunners()
+	r := NewRunners()
 	release := make(chan struct{})
 	var running sync.WaitGroup
 	const stuck = 5
@@ -43,7 +43,7 @@ func TestRunnersNeverWaitForABusyRunner(t *testing.T) {
 
 	// close ends the idle runners at once and the busy ones when their
 	// tools return.
-	r.close()
+	r.Close()
 	close(release)
 	require.Panics(t, func() { r.jobs <- func() {} }, "the jobs channel is closed")
 }

@@ -1,4 +1,4 @@
-package worker
+package callexec
 
 import (
 	"context"
@@ -16,15 +16,17 @@ import (
 	"github.com/capstanhq/capstan/worker/internal/observe"
 )
 
-// opTimeout bounds each bus operation a call handler makes (publish, KV, ack).
-const opTimeout = 10 * time.Second
-
-// delivery is one delivered message of a call, taken from decode to ack by
-// the handler of one slot: the message, the decoded call and what the
-// handler acquires for it along the way. Its methods are the steps of a
-// call's life (doc.go); the worker's shared services are reached through w.
-type delivery struct {
-	w *Worker
+// Executor takes one delivered call from decode to ack, and owns one slot
+// of the worker until its result is stored: it is built per delivery
+// (Services.Handle) with exactly what one call needs, and Run reads as the
+// call lives: decode, look in the ledger, register, lease, admit,
+// (schedule), run, shape, publish, ack. Its other methods are those steps,
+// each verb with one meaning: process is the pipeline (admit: the gates;
+// run: dry run, or execute, then shape); execute is the tool itself under
+// its timeout; deliver publishes a computed result (with retries);
+// answerWithoutRunning publishes a refusal; complete audits and acks.
+type Executor struct {
+	s *Services
 	m *bus.Msg
 	// ctx carries the call's consumer span: every step's span and log
 	// line, and every bus operation's bounded context (boundCtx), derive
@@ -32,6 +34,9 @@ type delivery struct {
 	ctx  context.Context
 	cs   *observe.CallSpan
 	call protocol.Call
+	// exclusive: the call's tool is exclusive (tool.SideEffects); its
+	// calls run under a lease.
+	exclusive bool
 	// run is the call's entry in the in-flight book (cancel requests, the
 	// slots check), nil until registered.
 	run *cancelbook.Call
@@ -40,7 +45,7 @@ type delivery struct {
 	lease *lease.Lease
 	// detached: the audit log finishes the delivery (complete): it acks
 	// the call, or hands it back, once the audit record is stored or
-	// cannot be, and counts its end (Worker.calls).
+	// cannot be, and counts its end (Deps.Finished).
 	detached bool
 }
 
@@ -66,55 +71,42 @@ func refuse(call *protocol.Call, decision string, code protocol.Code, msg string
 	return outcome{result: protocol.Failure(call, code, msg), decision: decision}
 }
 
-// opCtx bounds one bus operation: opTimeout, and never past the end of the
-// shutdown margin (ShutdownMargin after the grace), so that a worker whose
-// NATS server is gone still exits in time.
-func (w *Worker) opCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(w.opsBase(), opTimeout)
-}
-
-// handle takes one delivered call from decode to its answer, and owns one
-// slot until then; the ack may follow later (complete).
-func (w *Worker) handle(m *bus.Msg) {
-	d := &delivery{w: w, m: m}
-	defer func() {
-		if !d.detached {
-			w.calls.Done()
-		}
-	}()
-	defer func() { <-w.slots }()
-	d.ctx, d.cs = w.obs.StartCall(m)
-	defer d.cs.End()
-	defer func() {
-		if p := recover(); p != nil {
-			d.cs.Outcome = "panic"
-			// Not the tool (a tool's panic is its execution_failed
-			// answer) but the worker's own handling: an infrastructure
-			// fault, retried with backoff and dead-lettered after
-			// MaxDeliver, so a poison call cannot take the worker down.
-			reason := fmt.Sprintf("worker panicked while handling the call: %v", p)
-			w.recordFailure(d.ctx, d.call.CallID, reason)
-			w.log.ErrorContext(d.ctx, "call handler panicked; call handed back", "subject", m.Subject, "call_id", d.call.CallID, "panic", fmt.Sprint(p))
-			if !d.detached { // else the audit log acks it or hands it back
-				_ = m.Nak(retryDelay(m.Deliveries))
-			}
-		}
-	}()
-	d.handle()
-}
-
-// handle is the life of one delivery, and the one place that decides what
+// Run is the life of one delivery, and the one place that decides what
 // becomes of it: answered (a result published, or found already stored),
 // handed back (shutdown), retried later (an infrastructure fault), or
-// dropped (another run answers the call).
-func (d *delivery) handle() {
-	w, m, cs := d.w, d.m, d.cs
-	tokens, subjErr := w.names.ParseCallSubject(m.Subject)
-	call, err := protocol.DecodeCall(m.Data)
-	d.call = call
-	if subjErr != nil {
-		d.rejectMalformed(protocol.CallTokens{}, nil, subjErr)
+// dropped (another run answers the call). Each step returns false when it
+// has already decided.
+func (e *Executor) Run() {
+	if !e.decode() || !e.unanswered() || !e.register() {
 		return
+	}
+	defer e.s.book.Remove(e.call.CallID)
+	if !e.takeLease() {
+		return
+	}
+	defer e.lease.Release()
+	stopBeat := e.s.leases.Heartbeat(e.m, e.lease, e.run)
+	defer stopBeat()
+	// (A scheduler hands the call to its executor once it may take a
+	// slot; the executor starts here.)
+	o := e.process()
+	if o.blob != nil && !e.lease.IsLost() {
+		e.storeBlob(e.ctx, &e.call, &o)
+	}
+	e.settle(o)
+}
+
+// decode decodes the subject and the body. A malformed call is answered
+// and dead-lettered (rejectMalformed). The subject's personality decides;
+// a body naming another, or a newer protocol version, is refused.
+func (e *Executor) decode() bool {
+	s, m := e.s, e.m
+	tokens, subjErr := s.names.ParseCallSubject(m.Subject)
+	call, err := protocol.DecodeCall(m.Data)
+	e.call = call
+	if subjErr != nil {
+		e.rejectMalformed(protocol.CallTokens{}, nil, subjErr)
+		return false
 	}
 	if err == nil && call.Tool != tokens.Tool {
 		err = &protocol.DecodeError{CallID: call.CallID, BatchID: call.BatchID, Field: "tool",
@@ -122,50 +114,64 @@ func (d *delivery) handle() {
 	}
 	if err != nil {
 		de, _ := protocol.AsDecodeError(err)
-		d.rejectMalformed(tokens, de, err)
-		return
+		e.rejectMalformed(tokens, de, err)
+		return false
 	}
 	// The subject's personality decides (security.md section 3): NATS
 	// permissions bind subjects, never bodies.
-	bodyPersonality := d.call.PersonalityID
-	d.call.PersonalityID = tokens.Personality
-	cs.Decoded(&d.call)
+	bodyPersonality := e.call.PersonalityID
+	e.call.PersonalityID = tokens.Personality
+	e.cs.Decoded(&e.call)
 	if bodyPersonality != "" && bodyPersonality != tokens.Personality {
-		d.answerWithoutRunning(refuse(&d.call, protocol.DecisionPersonality, protocol.CodeInputInvalid,
+		e.answerWithoutRunning(refuse(&e.call, protocol.DecisionPersonality, protocol.CodeInputInvalid,
 			protocol.PersonalityMismatch(bodyPersonality, tokens.Personality)))
-		return
+		return false
 	}
 	if v := m.Header.Get(protocol.HeaderProtocol); v != "" && v != protocol.Version {
 		// A newer client: answer rather than guess at its fields.
-		d.answerWithoutRunning(refuse(&d.call, protocol.DecisionDecode, protocol.CodeInputInvalid,
+		e.answerWithoutRunning(refuse(&e.call, protocol.DecisionDecode, protocol.CodeInputInvalid,
 			fmt.Sprintf("invalid call: header Capstan-Protocol %q is not supported (this worker speaks %s)", v, protocol.Version)))
-		return
+		return false
 	}
+	return true
+}
 
-	// The results stream is the ledger (docs/reliability.md): a call has
-	// been answered iff its result subject holds a message. Reading it
-	// costs a round trip, so it is read only where an answer may already
-	// be there: on a redelivery, and before a call of an exclusive tool
-	// (which must not run twice: a late duplicate of it is caught here).
-	// Any other duplicate runs and finds out when its result is refused.
-	h, known := w.lookup(d.call.Tool)
-	exclusive := known && h.SideEffects.NeedsLease()
-	if m.Deliveries > 1 || exclusive {
-		stored, err := w.storedResult(d.ctx, &d.call)
-		if err != nil {
-			w.retryLater(d.ctx, m, &d.call, err)
-			cs.Outcome = "retry"
-			return
-		}
-		if stored != nil {
-			d.answeredBefore(stored)
-			cs.Outcome = "duplicate"
-			return
-		}
+// unanswered reports whether the call may still need an answer. The
+// results stream is the ledger (docs/reliability.md): a call has been
+// answered iff its result subject holds a message. Reading it costs a
+// round trip, so it is read only where an answer may already be there: on
+// a redelivery, and before a call of an exclusive tool (which must not run
+// twice: a late duplicate of it is caught here). Any other duplicate runs
+// and finds out when its result is refused. A call already answered is
+// audited and acked without running (answeredBefore).
+func (e *Executor) unanswered() bool {
+	s, m, cs := e.s, e.m, e.cs
+	h, known := s.tools.Lookup(e.call.Tool)
+	e.exclusive = known && h.SideEffects.NeedsLease()
+	if m.Deliveries <= 1 && !e.exclusive {
+		return true
 	}
+	stored, err := s.storedResult(e.ctx, &e.call)
+	if err != nil {
+		s.retryLater(e.ctx, m, &e.call, err)
+		cs.Outcome = "retry"
+		return false
+	}
+	if stored != nil {
+		e.answeredBefore(stored)
+		cs.Outcome = "duplicate"
+		return false
+	}
+	return true
+}
 
-	r := &cancelbook.Call{Seq: m.StreamSeq, Personality: d.call.PersonalityID, Tool: d.call.Tool}
-	if ok, seq := w.inflight.Add(d.call.CallID, r); !ok {
+// register enters the call in the in-flight book, which gives it the
+// cancel request booked for it, if any, under the same lock that books
+// requests. A copy of a call this worker runs already is not run.
+func (e *Executor) register() bool {
+	m := e.m
+	r := &cancelbook.Call{Seq: m.StreamSeq, Personality: e.call.PersonalityID, Tool: e.call.Tool}
+	if ok, seq := e.s.book.Add(e.call.CallID, r); !ok {
 		if seq != m.StreamSeq {
 			// Another copy of a call this worker is running: look again
 			// once it has finished (its result then answers it).
@@ -173,61 +179,67 @@ func (d *delivery) handle() {
 		}
 		// Else a redelivery of the very message being run: the running
 		// handler acks it.
-		cs.Outcome = "in_progress"
-		return
+		e.cs.Outcome = "in_progress"
+		return false
 	}
-	defer w.inflight.Remove(d.call.CallID)
-	d.run = r
-	// Only calls of exclusive tools run under a lease ("never two at
-	// once"); for the others a nil lease holds nothing and is never lost.
-	if exclusive {
-		l, err := w.leases.Take(d.ctx, d.call.CallID)
-		if errors.Is(err, bus.ErrKeyExists) {
-			// Another worker holds the lease: let it finish; look again later.
-			w.recordFailure(d.ctx, d.call.CallID, "call lease held by another worker")
-			_ = m.Nak(w.timing.Heartbeat())
-			cs.Outcome = "in_progress"
-			return
-		}
-		if err != nil {
-			w.retryLater(d.ctx, m, &d.call, fmt.Errorf("take call lease: %w", err))
-			cs.Outcome = "retry"
-			return
-		}
-		d.lease = l
+	e.run = r
+	return true
+}
+
+// takeLease takes the fenced lease of a call of an exclusive tool ("never
+// two at once"); for the others a nil lease holds nothing and is never
+// lost.
+func (e *Executor) takeLease() bool {
+	if !e.exclusive {
+		return true
 	}
-	defer d.lease.Release()
-	stopBeat := w.leases.Heartbeat(m, d.lease, r)
-	defer stopBeat()
-	o := d.process()
-	if o.blob != nil && !d.lease.IsLost() {
-		w.storeBlob(d.ctx, &d.call, &o)
+	s, m := e.s, e.m
+	l, err := s.leases.Take(e.ctx, e.call.CallID)
+	if errors.Is(err, bus.ErrKeyExists) {
+		// Another worker holds the lease: let it finish; look again later.
+		s.recordFailure(e.ctx, e.call.CallID, "call lease held by another worker")
+		_ = m.Nak(s.timing.Heartbeat())
+		e.cs.Outcome = "in_progress"
+		return false
 	}
+	if err != nil {
+		s.retryLater(e.ctx, m, &e.call, fmt.Errorf("take call lease: %w", err))
+		e.cs.Outcome = "retry"
+		return false
+	}
+	e.lease = l
+	return true
+}
+
+// settle decides what becomes of a processed call: handed back, dropped
+// (its lease lost), retried later, or answered (deliver).
+func (e *Executor) settle(o outcome) {
+	s, m, cs := e.s, e.m, e.cs
 	switch {
 	case o.handback:
 		_ = m.Nak(0)
 		cs.Outcome = "handback"
-	case o.leaseLost || d.lease.IsLost():
-		w.log.WarnContext(d.ctx, "call abandoned by this worker: its lease was lost to another worker, which answers it", "call_id", d.call.CallID, "tool", d.call.Tool)
+	case o.leaseLost || e.lease.IsLost():
+		s.log.WarnContext(e.ctx, "call abandoned by this worker: its lease was lost to another worker, which answers it", "call_id", e.call.CallID, "tool", e.call.Tool)
 		cs.Outcome = "lease_lost"
 	case o.infra != nil:
-		w.retryLater(d.ctx, m, &d.call, o.infra)
+		s.retryLater(e.ctx, m, &e.call, o.infra)
 		cs.Outcome = "retry"
 	default:
-		d.deliver(o)
+		e.deliver(o)
 	}
 }
 
 // storedResult returns the result the results stream holds for call, or
 // nil when it holds none.
-func (w *Worker) storedResult(ctx context.Context, call *protocol.Call) (*bus.Msg, error) {
-	subject, err := w.names.ResultSubject(call.PersonalityID, resultBatch(call.EffectiveBatchID(), call.CallID), call.CallID)
+func (s *Services) storedResult(ctx context.Context, call *protocol.Call) (*bus.Msg, error) {
+	subject, err := s.names.ResultSubject(call.PersonalityID, resultBatch(call.EffectiveBatchID(), call.CallID), call.CallID)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := w.boundCtx(ctx)
+	ctx, cancel := s.BoundCtx(ctx)
 	defer cancel()
-	m, err := w.conn.LastMsg(ctx, w.names.ResultsStream(), subject)
+	m, err := s.bus.LastMsg(ctx, s.names.ResultsStream(), subject)
 	switch {
 	case errors.Is(err, bus.ErrNotFound):
 		return nil, nil
@@ -240,18 +252,18 @@ func (w *Worker) storedResult(ctx context.Context, call *protocol.Call) (*bus.Ms
 // answeredBefore acks a delivery of a call whose result is already stored,
 // without running it, once an audit record of the delivery is stored (the
 // worker that stored the result may have died before its own record was).
-func (d *delivery) answeredBefore(stored *bus.Msg) {
-	w, call := d.w, &d.call
+func (e *Executor) answeredBefore(stored *bus.Msg) {
+	s, call := e.s, &e.call
 	o := outcome{decision: protocol.DecisionAnswered, bytes: len(stored.Data)}
 	if json.Unmarshal(stored.Data, &o.result) != nil {
 		o.result = protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool}
 	}
-	if err := w.audit(d.ctx, call, o, int(d.m.Deliveries)); err != nil {
-		w.retryLater(d.ctx, d.m, call, fmt.Errorf("write audit record: %w", err))
+	if err := s.audit(e.ctx, call, o, int(e.m.Deliveries)); err != nil {
+		s.retryLater(e.ctx, e.m, call, fmt.Errorf("write audit record: %w", err))
 		return
 	}
-	w.ack(d.ctx, d.m, call.CallID)
-	w.log.DebugContext(d.ctx, "call already answered; delivery acknowledged without running it", "call_id", call.CallID, "deliveries", d.m.Deliveries)
+	s.ack(e.ctx, e.m, call.CallID)
+	s.log.DebugContext(e.ctx, "call already answered; delivery acknowledged without running it", "call_id", call.CallID, "deliveries", e.m.Deliveries)
 }
 
 // resultBatch is the batch token of a result subject: the call's batch id, or
@@ -275,14 +287,14 @@ func resultBatch(batch, callID string) string {
 // end after ResultRetryLimit with a dead letter and an abandonment result
 // (abandonUnpublished). The call's in-flight entry records, for /readyz,
 // how long the result has been unpublishable.
-func (d *delivery) deliver(o outcome) {
-	w, ctx, l, r := d.w, d.ctx, d.lease, d.run
+func (e *Executor) deliver(o outcome) {
+	s, ctx, l, r := e.s, e.ctx, e.lease, e.run
 	delay := 100 * time.Millisecond
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		held, err := l.Confirm()
 		if !held {
-			w.log.WarnContext(ctx, "result dropped: the call's lease was lost to another worker, which answers it", "call_id", d.call.CallID, "tool", d.call.Tool)
+			s.log.WarnContext(ctx, "result dropped: the call's lease was lost to another worker, which answers it", "call_id", e.call.CallID, "tool", e.call.Tool)
 			observe.SetOutcome(ctx, "lease_lost")
 			return
 		}
@@ -290,15 +302,15 @@ func (d *delivery) deliver(o outcome) {
 		if err == nil {
 			// At the end of the grace an attempt under way gives up: the
 			// call is handed back.
-			pctx, cancel := w.boundCtx(ctx)
-			stop := context.AfterFunc(w.execBase, cancel)
-			err = d.publish(pctx, &o)
+			pctx, cancel := s.BoundCtx(ctx)
+			stop := context.AfterFunc(s.execBase, cancel)
+			err = e.publish(pctx, &o)
 			stop()
 			cancel()
 			if err != nil && !errors.Is(err, bus.ErrSubjectTaken) {
 				var reason string
-				reason, permanent = w.publishFault(err, w.names.ResultsStream())
-				w.obs.PublishFailed(ctx, "result", reason)
+				reason, permanent = s.publishFault(err, s.names.ResultsStream())
+				s.obs.PublishFailed(ctx, "result", reason)
 			}
 		}
 		if err == nil {
@@ -311,56 +323,56 @@ func (d *delivery) deliver(o outcome) {
 			// while this one ran) stored its result first: that one is
 			// the call's result.
 			r.Unstuck(cancelbook.StuckResult)
-			d.lostRace()
+			e.lostRace()
 			return
 		}
 		r.Stuck(cancelbook.StuckResult, err)
-		if w.execBase.Err() != nil {
-			w.log.WarnContext(ctx, "result not published before shutdown; call handed back", "call_id", d.call.CallID, "error", err)
-			_ = d.m.Nak(0)
+		if s.execBase.Err() != nil {
+			s.log.WarnContext(ctx, "result not published before shutdown; call handed back", "call_id", e.call.CallID, "error", err)
+			_ = e.m.Nak(0)
 			observe.SetOutcome(ctx, "handback")
 			return
 		}
 		if permanent {
-			d.undeliverable(o, err)
+			e.undeliverable(o, err)
 			return
 		}
-		if time.Since(start) >= w.retryLimit {
-			d.abandonUnpublished(o, err)
+		if time.Since(start) >= s.cfg.RetryLimit {
+			e.abandonUnpublished(o, err)
 			return
 		}
-		w.log.WarnContext(ctx, "cannot publish result; retrying", "call_id", d.call.CallID, "attempt", attempt, "retry_in", delay.String(), "error", err)
-		lease.SleepOrDone(w.execBase, l, delay)
+		s.log.WarnContext(ctx, "cannot publish result; retrying", "call_id", e.call.CallID, "attempt", attempt, "retry_in", delay.String(), "error", err)
+		lease.SleepOrDone(s.execBase, l, delay)
 		delay = min(delay*2, 5*time.Second)
 	}
-	d.complete(o)
+	e.complete(o)
 }
 
 // answerWithoutRunning answers a call that was never run (refused before
 // execution, or malformed): publish the result, audit and ack. A publish
 // failure hands the call back with backoff (at most MaxDeliver times), one
 // that retrying cannot cure dead-letters it at once.
-func (d *delivery) answerWithoutRunning(o outcome) {
-	w, ctx := d.w, d.ctx
-	pctx, cancel := w.boundCtx(ctx)
-	err := d.publish(pctx, &o)
+func (e *Executor) answerWithoutRunning(o outcome) {
+	s, ctx := e.s, e.ctx
+	pctx, cancel := s.BoundCtx(ctx)
+	err := e.publish(pctx, &o)
 	cancel()
 	if errors.Is(err, bus.ErrSubjectTaken) {
-		d.lostRace()
+		e.lostRace()
 		return
 	}
 	if err != nil {
-		reason, permanent := w.publishFault(err, w.names.ResultsStream())
-		w.obs.PublishFailed(ctx, "result", reason)
+		reason, permanent := s.publishFault(err, s.names.ResultsStream())
+		s.obs.PublishFailed(ctx, "result", reason)
 		if permanent {
-			d.undeliverable(o, err)
+			e.undeliverable(o, err)
 			return
 		}
-		w.retryLater(d.ctx, d.m, &d.call, err)
+		s.retryLater(e.ctx, e.m, &e.call, err)
 		observe.SetOutcome(ctx, "retry")
 		return
 	}
-	d.complete(o)
+	e.complete(o)
 }
 
 // publish stamps the result with this worker and the delivery count and
@@ -368,10 +380,10 @@ func (d *delivery) answerWithoutRunning(o outcome) {
 // too large for the message limit is replaced, see publishResult). ctx is
 // the call's context, or one that ends it earlier.
 // publish publishes o's result under ctx, which bounds it (boundCtx).
-func (d *delivery) publish(ctx context.Context, o *outcome) (err error) {
-	o.result.WorkerID = d.w.cfg.WorkerID
-	o.result.Deliveries = int(d.m.Deliveries)
-	o.bytes, err = d.w.sendResult(ctx, d.call.PersonalityID, d.call.CallID, &o.result, d.m.Header)
+func (e *Executor) publish(ctx context.Context, o *outcome) (err error) {
+	o.result.WorkerID = e.s.cfg.WorkerID
+	o.result.Deliveries = int(e.m.Deliveries)
+	o.bytes, err = e.s.sendResult(ctx, e.call.PersonalityID, e.call.CallID, &o.result, e.m.Header)
 	return err
 }
 
@@ -385,51 +397,51 @@ func (d *delivery) publish(ctx context.Context, o *outcome) (err error) {
 // the trace id of the call's span). An audit record that cannot be stored
 // leaves the call unacknowledged for a redelivery, which finds the result
 // and writes the record then (answeredBefore).
-func (d *delivery) complete(o outcome) {
-	w, ctx, call, m := d.w, d.ctx, &d.call, d.m
-	if subject, line, err := w.auditRecord(call, o, int(m.Deliveries)); err != nil {
-		w.retryLater(ctx, m, call, fmt.Errorf("write audit record: %w", err))
+func (e *Executor) complete(o outcome) {
+	s, ctx, call, m := e.s, e.ctx, &e.call, e.m
+	if subject, line, err := s.auditRecord(call, o, int(m.Deliveries)); err != nil {
+		s.retryLater(ctx, m, call, fmt.Errorf("write audit record: %w", err))
 	} else {
-		d.detached = true
-		w.audits.WriteThen(subject, line, func(err error) {
+		e.detached = true
+		s.audits.WriteThen(subject, line, func(err error) {
 			if err == nil {
-				w.ack(ctx, m, call.CallID)
-				w.calls.Done()
+				s.ack(ctx, m, call.CallID)
+				s.finished()
 				return
 			}
 			// Not on the audit log's goroutine: retryLater writes the
 			// failure reason, a bus operation.
 			go func() {
-				defer w.calls.Done()
-				w.log.WarnContext(ctx, "cannot write audit record", "call_id", call.CallID, "error", err)
-				w.retryLater(ctx, m, call, fmt.Errorf("write audit record: %w", err))
+				defer s.finished()
+				s.log.WarnContext(ctx, "cannot write audit record", "call_id", call.CallID, "error", err)
+				s.retryLater(ctx, m, call, fmt.Errorf("write audit record: %w", err))
 			}()
 		})
 	}
-	d.lease.Release()
-	w.obs.RecordAnswer(ctx, call.Tool, &o.result, o.decision)
+	e.lease.Release()
+	s.obs.RecordAnswer(ctx, call.Tool, &o.result, o.decision)
 	lvl := slog.LevelInfo
 	if !o.result.OK {
 		lvl = slog.LevelWarn
 	}
-	w.log.LogAttrs(ctx, lvl, "call finished", slog.String("call_id", call.CallID), slog.String("tool", call.Tool),
+	s.log.LogAttrs(ctx, lvl, "call finished", slog.String("call_id", call.CallID), slog.String("tool", call.Tool),
 		slog.Bool("ok", o.result.OK), slog.String("code", string(o.result.Code)), slog.String("decision", o.decision),
-		slog.Int64("duration_ms", o.result.DurationMS), slog.Uint64("deliveries", d.m.Deliveries))
+		slog.Int64("duration_ms", o.result.DurationMS), slog.Uint64("deliveries", e.m.Deliveries))
 }
 
 // lostRace acks a call whose result another run stored first, without
 // publishing this run's result; its audit record was written by the run
 // that won.
-func (d *delivery) lostRace() {
-	d.w.ack(d.ctx, d.m, d.call.CallID)
-	observe.SetOutcome(d.ctx, "duplicate")
-	d.w.log.InfoContext(d.ctx, "result not published: another run of the call stored its result first", "call_id", d.call.CallID, "tool", d.call.Tool)
+func (e *Executor) lostRace() {
+	e.s.ack(e.ctx, e.m, e.call.CallID)
+	observe.SetOutcome(e.ctx, "duplicate")
+	e.s.log.InfoContext(e.ctx, "result not published: another run of the call stored its result first", "call_id", e.call.CallID, "tool", e.call.Tool)
 }
 
 // header returns the headers of a message caused by a call: the protocol
 // version and the trace context (never baggage): the one of ctx's span when
 // it has a valid one, else the call's own.
-func (w *Worker) header(ctx context.Context, callHeader bus.Header) bus.Header {
+func (s *Services) header(ctx context.Context, callHeader bus.Header) bus.Header {
 	h := bus.Header{protocol.HeaderProtocol: {protocol.Version}}
 	for _, k := range []string{protocol.HeaderTraceparent, protocol.HeaderTracestate} {
 		// A trace header longer than W3C asks to propagate is dropped: it
@@ -445,9 +457,9 @@ func (w *Worker) header(ctx context.Context, callHeader bus.Header) bus.Header {
 // ack acknowledges a call whose result is stored, without waiting for the
 // server: a lost ack means a redelivery that finds the result. ctx carries
 // the call's span, for the log.
-func (w *Worker) ack(ctx context.Context, m *bus.Msg, callID string) {
+func (s *Services) ack(ctx context.Context, m *bus.Msg, callID string) {
 	if err := m.AckNoWait(); err != nil {
-		w.log.WarnContext(ctx, "ack failed; the call will be redelivered and acked when it finds its result", "call_id", callID, "error", err)
+		s.log.WarnContext(ctx, "ack failed; the call will be redelivered and acked when it finds its result", "call_id", callID, "error", err)
 	}
 }
 
@@ -455,10 +467,10 @@ func (w *Worker) ack(ctx context.Context, m *bus.Msg, callID string) {
 // backoff. After MaxDeliver deliveries the server's advisory makes a worker
 // dead-letter the call and publish its abandonment result. ctx carries the
 // call's span: the failure record is written, and the fault logged, in it.
-func (w *Worker) retryLater(ctx context.Context, m *bus.Msg, call *protocol.Call, cause error) {
-	w.recordFailure(ctx, call.CallID, cause.Error())
+func (s *Services) retryLater(ctx context.Context, m *bus.Msg, call *protocol.Call, cause error) {
+	s.recordFailure(ctx, call.CallID, cause.Error())
 	delay := retryDelay(m.Deliveries)
-	w.log.WarnContext(ctx, "infrastructure fault; call will be redelivered", "call_id", call.CallID, "tool", call.Tool,
+	s.log.WarnContext(ctx, "infrastructure fault; call will be redelivered", "call_id", call.CallID, "tool", call.Tool,
 		"deliveries", m.Deliveries, "retry_in", delay.String(), "error", cause)
 	_ = m.Nak(delay)
 }
@@ -466,14 +478,14 @@ func (w *Worker) retryLater(ctx context.Context, m *bus.Msg, call *protocol.Call
 // recordFailure keeps the last infrastructure failure of a call for its
 // abandonment message. The write is bounded like every bus operation
 // (boundCtx) and keeps ctx's span.
-func (w *Worker) recordFailure(ctx context.Context, callID, reason string) {
+func (s *Services) recordFailure(ctx context.Context, callID, reason string) {
 	if callID == "" {
 		return
 	}
-	ctx, cancel := w.boundCtx(ctx)
+	ctx, cancel := s.BoundCtx(ctx)
 	defer cancel()
-	if _, err := w.kv.failures.Put(ctx, callID, []byte(capReason(reason))); err != nil {
-		w.log.WarnContext(ctx, "cannot record failure reason", "call_id", callID, "error", err)
+	if _, err := s.failures.Put(ctx, callID, []byte(capReason(reason))); err != nil {
+		s.log.WarnContext(ctx, "cannot record failure reason", "call_id", callID, "error", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package worker
+package callexec
 
 import (
 	"encoding/json"
@@ -101,16 +101,16 @@ func TestCapReasonAndAudit(t *testing.T) {
 // CAPSTAN_RESULT_MAX_BYTES, and points at a blob already stored.
 func TestOversizedNamesTheLimit(t *testing.T) {
 	t.Parallel()
-	w := &Worker{conn: bustest.Conn(t, bustest.Server(t, bustest.MaxPayload(bustest.StockMaxPayload)), "")}
+	s := &Services{bus: bustest.Conn(t, bustest.Server(t, bustest.MaxPayload(bustest.StockMaxPayload)), "")}
 	res := protocol.Result{CallID: "c1", BatchID: "b1", Tool: "run_process", OK: true, Value: "v", DurationMS: 7, WorkerID: "w1", Deliveries: 2}
 
-	got := w.oversized(res, 6_700_000, w.limitText(bustest.StockMaxPayload))
+	got := s.oversized(res, 6_700_000, s.limitText(bustest.StockMaxPayload))
 	require.Equal(t, protocol.Result{CallID: "c1", BatchID: "b1", Tool: "run_process", Code: protocol.CodeExecutionFailed,
 		Error:      "result of 6.7 MB exceeds the server's 1 MiB message limit; the output was dropped",
 		DurationMS: 7, WorkerID: "w1", Deliveries: 2}, got)
 
 	res.Blob = &protocol.BlobRef{Bucket: "capstan_blobs", Name: "default/c1"}
-	got = w.oversized(res, 600_000, w.limitText(512<<10))
+	got = s.oversized(res, 600_000, s.limitText(512<<10))
 	require.Equal(t, "result of 600.0 kB exceeds the worker's 512 KiB result limit (CAPSTAN_RESULT_MAX_BYTES); the output was dropped"+
 		" (the full output is in blob capstan_blobs/default/c1)", got.Error)
 	require.Same(t, res.Blob, got.Blob)

@@ -1,4 +1,4 @@
-package worker
+package callexec
 
 import (
 	"cmp"
@@ -18,7 +18,7 @@ import (
 	"github.com/capstanhq/capstan/worker/internal/observe"
 	"github.com/capstanhq/capstan/worker/internal/toolset"
 	"go.opentelemetry.io/otel/codes"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	semconv "go.opentelemetry.io/otel/semconv/v1.22.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -35,11 +35,11 @@ type admission struct {
 // child span of the call's consumer span (carried by ctx): policy, then
 // execute_tool <tool> (with the tool's secret resolutions, HTTP requests and
 // processes below it) and reduce.
-func (d *delivery) process() outcome {
-	w, ctx, call, r := d.w, d.ctx, &d.call, d.run
-	pctx, policy := w.obs.Phase(ctx, "policy")
+func (e *Executor) process() outcome {
+	s, ctx, call, r := e.s, e.ctx, &e.call, e.run
+	pctx, policy := s.obs.Phase(ctx, "policy")
 	var a admission
-	o := w.admit(pctx, call, r, &a)
+	o := e.admit(pctx, call, r, &a)
 	if a.p != nil {
 		policy.SetAttributes(telemetry.AttrPersonality.String(a.p.ID))
 	}
@@ -48,19 +48,20 @@ func (d *delivery) process() outcome {
 		policy.SetStatus(codes.Error, "infrastructure fault")
 	}
 	if observe.IsDenial(o.decision) {
-		w.obs.Denied(pctx, policy, o.decision, string(o.result.Code))
+		s.obs.Denied(pctx, policy, o.decision, string(o.result.Code))
 	}
 	policy.End()
 	if o.decision != "" || o.infra != nil {
 		return o
 	}
-	return w.run(ctx, call, r, a)
+	return e.runTool(ctx, call, r, a)
 }
 
 // admit runs gates 1 to 9. It returns the refusal (or infrastructure fault)
 // that stops the call, or the zero outcome (no decision) with a filled in.
-func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *cancelbook.Call, a *admission) outcome {
-	ctx, cancel := context.WithTimeout(traceCtx, opTimeout)
+func (e *Executor) admit(traceCtx context.Context, call *protocol.Call, r *cancelbook.Call, a *admission) outcome {
+	s := e.s
+	ctx, cancel := context.WithTimeout(traceCtx, OpTimeout)
 	defer cancel()
 
 	// A call cancelled or past its deadline is not started at all.
@@ -72,9 +73,9 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *cancelb
 	}
 
 	// 2. Unknown tool.
-	h, ok := w.lookup(call.Tool)
+	h, ok := s.tools.Lookup(call.Tool)
 	if !ok {
-		if msg := w.mcp.Unavailable(call.Tool); msg != "" {
+		if msg := s.mcp.Unavailable(call.Tool); msg != "" {
 			// A tool of a hosted MCP server that could not list its tools.
 			return refuse(call, protocol.DecisionAvailable, protocol.CodeNotAvailable, msg)
 		}
@@ -84,8 +85,8 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *cancelb
 	if ref := capability.ExcludeGate(call.Tool, call.ExcludeTools); ref != nil {
 		return refusal(call, ref)
 	}
-	pid := cmp.Or(call.PersonalityID, w.cfg.DefaultPersonality)
-	p, err := w.policies.Get(pid)
+	pid := cmp.Or(call.PersonalityID, s.cfg.DefaultPersonality)
+	p, err := s.policies.Get(pid)
 	if err != nil {
 		return refuse(call, protocol.DecisionPersonality, protocol.CodeNotAvailable, err.Error())
 	}
@@ -94,21 +95,21 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *cancelb
 	if ref := pipeline.Surface(&h.Tool, p, call); ref != nil {
 		return refusal(call, ref)
 	}
-	tc := w.toolContext(call, p)
+	tc := s.toolContext(call, p)
 	// 6. Availability.
 	if h.Available != nil && !available(ctx, h, tc) {
 		return refuse(call, protocol.DecisionAvailable, protocol.CodeNotAvailable, "Tool "+call.Tool+" is not currently available")
 	}
 	// 7. Fleet-wide rate limit.
 	if lim, ok := p.RateLimits[call.Tool]; ok {
-		d, err := w.limiter.Allow(ctx, p.ID, call.Tool, lim.Requests, lim.Window)
+		dec, err := s.limiter.Allow(ctx, p.ID, call.Tool, lim.Requests, lim.Window)
 		if err != nil {
 			return outcome{infra: err}
 		}
-		if !d.Allowed {
+		if !dec.Allowed {
 			o := refuse(call, protocol.DecisionRateLimit, protocol.CodeNotAvailable,
-				ratelimit.Message(call.Tool, lim.Requests, lim.WindowText, p.ID, d.RetryAfter))
-			o.result.RetryAfterMS = d.RetryAfter.Milliseconds()
+				ratelimit.Message(call.Tool, lim.Requests, lim.WindowText, p.ID, dec.RetryAfter))
+			o.result.RetryAfterMS = dec.RetryAfter.Milliseconds()
 			return o
 		}
 	}
@@ -117,14 +118,14 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *cancelb
 	if ref := pipeline.Arguments(&h.Tool, h.Schema, p, call); ref != nil {
 		return refusal(call, ref)
 	}
-	if msg := w.missingBackend(&h.Tool); msg != "" {
+	if msg := s.missingBackend(&h.Tool); msg != "" {
 		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, msg)
 	}
 	grant, ref := pipeline.Resolve(&h.Tool, p, call)
 	if ref != nil {
 		return refusal(call, ref)
 	}
-	if msg := w.networkRefused(grant); msg != "" {
+	if msg := s.processNetworkRefused(grant); msg != "" {
 		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, msg)
 	}
 	if grant.FS != nil {
@@ -134,9 +135,10 @@ func (w *Worker) admit(traceCtx context.Context, call *protocol.Call, r *cancelb
 	return outcome{}
 }
 
-// run takes an admitted call through steps 10 to 15: dry run, or execution
+// runTool takes an admitted call through steps 10 to 15: dry run, or execution
 // then reduce, redact, trim and wrap.
-func (w *Worker) run(ctx context.Context, call *protocol.Call, r *cancelbook.Call, a admission) outcome {
+func (e *Executor) runTool(ctx context.Context, call *protocol.Call, r *cancelbook.Call, a admission) outcome {
+	s := e.s
 	h, tc := a.h, a.tc
 	// 10. Dry run: nothing runs.
 	if call.DryRun {
@@ -151,22 +153,22 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *cancelbook.Cal
 		return outcome{result: protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, OK: true, Value: text}, decision: protocol.DecisionDryRun}
 	}
 	// 11. Execute, in the execute_tool span; accessor denials are its events.
-	ectx, exec := w.obs.Phase(ctx, "execute_tool "+h.Name,
+	ectx, exec := s.obs.Phase(ctx, "execute_tool "+h.Name,
 		telemetry.GenAIOperationName.String(telemetry.OpExecuteTool), telemetry.GenAIToolName.String(h.Name),
 		telemetry.GenAIToolCallID.String(call.CallID), telemetry.GenAIToolType.String("function"))
-	rec := &denials{onAdd: func(code string) { w.obs.Denied(ectx, exec, "accessor", code) }}
-	w.attach(tc, a.grant, rec)
-	w.obs.TraceAccessors(tc)
+	rec := &denials{onAdd: func(code string) { s.obs.Denied(ectx, exec, "accessor", code) }}
+	s.attach(tc, a.grant, rec)
+	s.obs.TraceAccessors(tc)
 	start := time.Now()
 	var res tool.Result
-	cause := w.mcp.SendTo(h.Name, a.grant)
+	cause := s.mcp.SendTo(h.Name, a.grant)
 	if cause != nil {
 		// A hosted url server's secrets may not go to its host for this
 		// personality: refused, as the fetch accessor refuses a request,
 		// before anything is sent.
 		rec.add(cause)
 	} else {
-		res, cause = w.execute(ectx, h, call, tc, r)
+		res, cause = e.execute(ectx, h, call, tc, r)
 	}
 	switch {
 	case errors.Is(cause, cancelbook.ErrShutdown):
@@ -198,19 +200,19 @@ func (w *Worker) run(ctx context.Context, call *protocol.Call, r *cancelbook.Cal
 		res = tool.Fail(tool.CodeExecutionFailed, cause.Error())
 	}
 	// 12–15. Reduce, redact, trim, wrap, within the result's size limit.
-	_, reduce := w.obs.Phase(ctx, "reduce")
-	blobs := w.blobsAllowed(h, a.p)
-	limit := w.resultLimit()
+	_, reduce := s.obs.Phase(ctx, "reduce")
+	blobs := s.blobsAllowed(h, a.p)
+	limit := s.resultLimit()
 	if blobs {
 		limit -= blobRefReserve
 	}
-	out, body := w.shapeResult(h, call, tc, res, limit)
+	out, body := e.shapeResult(h, call, tc, res, limit)
 	reduce.SetAttributes(telemetry.AttrTruncated.Bool(out.Truncated))
 	reduce.End()
 	out.DurationMS = time.Since(start).Milliseconds()
 	o := outcome{result: out, decision: protocol.DecisionAllowed, denials: rec.list()}
 	if blobs {
-		o.blob = w.planBlob(res, body, &out, tc)
+		o.blob = s.planBlob(res, body, &out, tc)
 	}
 	return o
 }
@@ -230,9 +232,9 @@ func available(ctx context.Context, h *toolset.Hosted, tc *tool.Context) (ok boo
 }
 
 // toolContext builds the tool's view of the call.
-func (w *Worker) toolContext(call *protocol.Call, p *capability.Personality) *tool.Context {
+func (s *Services) toolContext(call *protocol.Call, p *capability.Personality) *tool.Context {
 	tc := pipeline.ToolContext(call, p)
-	tc.EmitFunc = w.emitter(call, tc)
+	tc.EmitFunc = s.emitter(call, tc)
 	return tc
 }
 
@@ -241,12 +243,13 @@ func (w *Worker) toolContext(call *protocol.Call, p *capability.Personality) *to
 // A tool that ignores its context is abandoned when the context ends.
 // traceCtx gives the tool's context its span (and nothing else: the call's
 // cancellation comes from the worker).
-func (w *Worker) execute(traceCtx context.Context, h *toolset.Hosted, call *protocol.Call, tc *tool.Context, r *cancelbook.Call) (tool.Result, error) {
-	timeout := w.cfg.CallTimeout
+func (e *Executor) execute(traceCtx context.Context, h *toolset.Hosted, call *protocol.Call, tc *tool.Context, r *cancelbook.Call) (tool.Result, error) {
+	s := e.s
+	timeout := s.cfg.CallTimeout
 	if call.TimeoutMS > 0 {
 		timeout = min(timeout, time.Duration(call.TimeoutMS)*time.Millisecond)
 	}
-	ctx, cancel := context.WithCancelCause(trace.ContextWithSpan(w.execBase, trace.SpanFromContext(traceCtx)))
+	ctx, cancel := context.WithCancelCause(trace.ContextWithSpan(s.execBase, trace.SpanFromContext(traceCtx)))
 	defer cancel(context.Canceled)
 	r.SetCancel(cancel)
 	timer := time.AfterFunc(timeout, func() { cancel(&cancelbook.TimeoutError{D: timeout}) })
@@ -257,7 +260,7 @@ func (w *Worker) execute(traceCtx context.Context, h *toolset.Hosted, call *prot
 		err error
 	}
 	done := make(chan ran, 1)
-	w.runners.run(func() {
+	s.runners.run(func() {
 		injectCallFault(call)
 		res, err := pipeline.Call(ctx, &h.Tool, call.Args, tc)
 		done <- ran{res: res, err: err}
@@ -278,10 +281,11 @@ func (w *Worker) execute(traceCtx context.Context, h *toolset.Hosted, call *prot
 // limit bytes encoded; a result no message can carry becomes the oversized
 // failure. body is the text published before the untrusted wrap or
 // stripping: what planBlob compares with the full output.
-func (w *Worker) shapeResult(h *toolset.Hosted, call *protocol.Call, tc *tool.Context, res tool.Result, limit int) (out protocol.Result, body string) {
-	out, body, fits := pipeline.Shape(&h.Tool, w.reducers, call, tc, res, w.cfg.WorkerID, pipeline.Limits{Bytes: limit, StructuredBytes: w.cfg.StructuredMaxBytes})
+func (e *Executor) shapeResult(h *toolset.Hosted, call *protocol.Call, tc *tool.Context, res tool.Result, limit int) (out protocol.Result, body string) {
+	s := e.s
+	out, body, fits := pipeline.Shape(&h.Tool, s.reducers, call, tc, res, s.cfg.WorkerID, pipeline.Limits{Bytes: limit, StructuredBytes: s.cfg.StructuredMaxBytes})
 	if !fits {
-		out = w.oversized(out, encodedLen(&out), w.limitText(min(w.cfg.ResultMaxBytes, w.conn.MaxPayload())))
+		out = s.oversized(out, encodedLen(&out), s.limitText(min(s.cfg.ResultMaxBytes, s.bus.MaxPayload())))
 	}
 	return out, body
 }
