@@ -96,6 +96,12 @@ type Config struct {
 	// (CAPSTAN_PROCESS_NETWORK): "" or "confined" refuses it,
 	// "unconfined" lets its children use TCP and UDP to any host.
 	ProcessNetwork string
+	// MinFreeDisk is the free space of DataDir's file system below which
+	// the worker hands back calls that start processes or write files
+	// (CAPSTAN_MIN_FREE_DISK; security.md, "Disk"), and /readyz says so;
+	// other calls keep running. 0 means DefaultMinFreeDisk (2 GiB); a
+	// negative value turns the check off.
+	MinFreeDisk int64
 	// ResultMaxBytes caps a result message, headers included
 	// (CAPSTAN_RESULT_MAX_BYTES); default DefaultResultMaxBytes (1 MiB), at
 	// least MinResultMaxBytes. The server's max payload caps it further.
@@ -196,6 +202,7 @@ func (c Config) withDefaults() Config {
 		c.WorkerID = cmp.Or(host, "worker") + "-" + strconv.Itoa(os.Getpid())
 	}
 	c.Concurrency = cmp.Or(c.Concurrency, 64)
+	c.MinFreeDisk = cmp.Or(c.MinFreeDisk, DefaultMinFreeDisk)
 	c.Pool = cmp.Or(c.Pool, protocol.DefaultPool)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
 	c.AckWait = cmp.Or(c.AckWait, bus.DefaultAckWait)
@@ -346,3 +353,6 @@ const (
 	// included; the server's max payload caps it further.
 	AuditMaxBytes = callexec.AuditMaxBytes
 )
+
+// DefaultMinFreeDisk is Config.MinFreeDisk's default: 2 GiB.
+const DefaultMinFreeDisk = 2 << 30

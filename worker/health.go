@@ -38,7 +38,8 @@ func (w *Worker) SetReadyDetail(key string, value any) { w.health.SetDetail(key,
 // results streams answer; "secrets": the secrets backend's Health, when it
 // has one; "slots": no slot is held by a call that cannot finish: a result
 // unpublishable for 5 seconds, or a lease not refreshed for longer than
-// AckWait) and those added with AddReadyCheck.
+// AckWait; "disk": the data directory's file system has at least
+// Config.MinFreeDisk free) and those added with AddReadyCheck.
 func (w *Worker) Readiness(ctx context.Context) Readiness {
 	return w.health.Run(ctx, w.readyChecks())
 }
@@ -74,6 +75,7 @@ func (w *Worker) readyChecks() map[string]health.Check {
 		"slots": running(func(context.Context) error {
 			return health.Slots(w.inflight.Stuck(time.Now(), w.timing.AckWait), w.cfg.Concurrency)
 		}),
+		"disk": func(context.Context) error { return w.disk.Check() },
 		"secrets": func(ctx context.Context) error {
 			if h, ok := w.secrets.(healthChecker); ok {
 				return h.Health(ctx)

@@ -51,7 +51,7 @@ func TestHealthEndpoints(t *testing.T) {
 	code, rd = readiness(t, h)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "ready", rd.Status)
-	require.Equal(t, map[string]string{"consuming": "ok", "nats": "ok", "streams": "ok", "secrets": "ok", "slots": "ok"}, rd.Checks)
+	require.Equal(t, map[string]string{"consuming": "ok", "nats": "ok", "streams": "ok", "secrets": "ok", "slots": "ok", "disk": "ok"}, rd.Checks)
 	// The process sandbox's status, as the kernel allows it.
 	sb, err := json.Marshal(process.Sandbox())
 	require.NoError(t, err)

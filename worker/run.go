@@ -95,8 +95,9 @@ func (w *Worker) prepare(ctx context.Context, undo *cleanup) {
 	if swept := process.Sweep(w.procCfg.TmpDir, w.log); swept.TempDirs+swept.Cgroups > 0 {
 		w.log.InfoContext(ctx, "removed what a stopped worker's processes left behind", "temp_dirs", swept.TempDirs, "cgroups", swept.Cgroups)
 	}
-	// The per-call cgroups kept for reuse go with the worker.
-	undo.add(process.ReleaseIdleCgroups)
+	// The per-call cgroups kept for reuse and the children's temp dir go
+	// with the worker: a clean stop leaves nothing behind.
+	undo.add(func() { process.Release(w.log) })
 	// Shown in /readyz, never a reason to be unready: a degraded sandbox is
 	// reported, process tools still run (docs/operations.md).
 	w.SetReadyDetail("process_sandbox", sandbox)
@@ -216,7 +217,7 @@ func (w *Worker) execDeps() callexec.Deps {
 			ResultMaxBytes: c.ResultMaxBytes, StructuredMaxBytes: c.StructuredMaxBytes, SecretsBackend: c.SecretsBackend,
 			Blobs:      callexec.BlobSettings{Off: c.Blobs.Off, Tools: c.Blobs.Tools, MinBytes: c.Blobs.MinBytes, MaxBytes: c.Blobs.MaxBytes},
 			RetryLimit: w.retryLimit},
-		Names: w.names, Bus: w.conn, Tools: &w.tools, MCP: w.mcp, Policies: w.policies, Limiter: w.limiter,
+		Names: w.names, Bus: w.conn, Tools: &w.tools, MCP: w.mcp, Policies: w.policies, Disk: w.disk, Limiter: w.limiter,
 		Book: w.inflight, Leases: leases, Timing: w.timing, Audits: &w.audits, Failures: w.kv.failures,
 		Backends: w.accessorBackends(), Secrets: w.secrets, NetworkRefused: w.procCfg.NetworkRefused,
 		Obs: w.obs, Reducers: w.reducers, Runners: w.runners, Log: w.log,

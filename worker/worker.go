@@ -25,6 +25,7 @@ import (
 	"github.com/capstanhq/capstan/worker/internal/callexec"
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 	"github.com/capstanhq/capstan/worker/internal/catalog"
+	"github.com/capstanhq/capstan/worker/internal/diskguard"
 	"github.com/capstanhq/capstan/worker/internal/health"
 	"github.com/capstanhq/capstan/worker/internal/lease"
 	"github.com/capstanhq/capstan/worker/internal/mcptools"
@@ -53,6 +54,9 @@ type Worker struct {
 	conn     *bus.Conn
 	kv       buckets
 	policies *policywatch.Watch
+	// disk holds back calls that need disk while the data directory's
+	// file system is short of space.
+	disk     *diskguard.Guard
 	limiter  *ratelimit.Limiter
 	inflight *cancelbook.Book
 	// audits stores the calls' audit records in batches.
@@ -131,6 +135,7 @@ func New(cfg Config, tools ...tool.Tool) (*Worker, error) {
 		return nil, err
 	}
 	w.health = health.New()
+	w.disk = diskguard.New(w.cfg.DataDir, w.cfg.MinFreeDisk)
 	if err := w.host(tools); err != nil {
 		return nil, err
 	}

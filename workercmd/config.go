@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/worker"
+	"github.com/dustin/go-humanize"
 )
 
 // Config is the worker binary's configuration, from the environment
@@ -53,6 +55,7 @@ type Config struct {
 	BlobMinBytes       int           `env:"CAPSTAN_BLOB_MIN_BYTES" envDefault:"65536"`
 	BlobMaxBytes       int           `env:"CAPSTAN_BLOB_MAX_BYTES" envDefault:"67108864"`
 	ProcessNetwork     string        `env:"CAPSTAN_PROCESS_NETWORK" envDefault:"confined"`
+	MinFreeDisk        string        `env:"CAPSTAN_MIN_FREE_DISK" envDefault:"2GiB"`
 	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" envDefault:"info"`
 	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT"`
 }
@@ -91,10 +94,27 @@ func (c Config) validate() error {
 	if c.BlobMinBytes < 0 {
 		errs = append(errs, fmt.Errorf("CAPSTAN_BLOB_MIN_BYTES must not be negative, got %d", c.BlobMinBytes))
 	}
+	if _, err := c.minFreeDisk(); err != nil {
+		errs = append(errs, err)
+	}
 	if v, err := strconv.ParseBool(c.VaultSkipVerify); c.VaultSkipVerify != "" && (err != nil || v) {
 		errs = append(errs, errors.New("VAULT_SKIP_VERIFY is not supported: the worker always verifies Vault's TLS certificate (give its CA with VAULT_CACERT)"))
 	}
 	return errors.Join(errs...)
+}
+
+// minFreeDisk parses CAPSTAN_MIN_FREE_DISK: a size such as 2GiB or 500MB;
+// 0 turns the check off (-1 in the worker package, whose 0 means its
+// default).
+func (c Config) minFreeDisk() (int64, error) {
+	n, err := humanize.ParseBytes(strings.TrimSpace(c.MinFreeDisk))
+	if err != nil || n > math.MaxInt64 {
+		return 0, fmt.Errorf("CAPSTAN_MIN_FREE_DISK %q is not a size (use a number with a unit, such as 2GiB or 500MB; 0 turns the check off)", c.MinFreeDisk)
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	return int64(n), nil
 }
 
 func (c Config) worker() worker.Config {
@@ -110,13 +130,14 @@ func (c Config) worker() worker.Config {
 			blobTools = append(blobTools, t)
 		}
 	}
+	minFree, _ := c.minFreeDisk() // checked by validate
 	return worker.Config{
 		NATSURL: c.NATSURL, NATSCreds: c.NATSCreds, DataDir: c.DataDir, Prefix: c.Prefix,
 		PersonalitiesDir: c.PersonalitiesDir, MCPServersDir: c.MCPServersDir, DefaultPersonality: c.DefaultPersonality, WorkerID: c.WorkerID,
 		Concurrency: c.Concurrency, Pool: c.Pool, Tools: tools, MaxDeliver: c.MaxDeliver, AckWait: c.AckWait,
 		CallTimeout: c.CallTimeout, ShutdownGrace: zeroGrace(c.ShutdownGrace), SecretsBackend: c.SecretsBackend,
 		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix, SecretCacheTTL: noZero(c.SecretCacheTTL),
-		StreamReplicas: c.StreamReplicas, ProcessNetwork: c.ProcessNetwork,
+		StreamReplicas: c.StreamReplicas, ProcessNetwork: c.ProcessNetwork, MinFreeDisk: minFree,
 		ResultMaxBytes: c.ResultMaxBytes, StructuredMaxBytes: c.StructuredMaxBytes,
 		// CAPSTAN_BLOB_MIN_BYTES=0 stores every cut output: -1 in the
 		// worker package, whose 0 means its default.

@@ -88,7 +88,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &rd), body)
 	require.Equal(t, "ready", rd.Status)
-	require.Equal(t, map[string]string{"consuming": "ok", "nats": "ok", "streams": "ok", "secrets": "ok", "slots": "ok"}, rd.Checks)
+	require.Equal(t, map[string]string{"consuming": "ok", "nats": "ok", "streams": "ok", "secrets": "ok", "slots": "ok", "disk": "ok"}, rd.Checks)
 	require.Contains(t, rd.Details, "process_sandbox", body)
 	require.JSONEq(t, `"on: bucket capstan_blobs"`, string(rd.Details["blobs"]))
 	require.Contains(t, string(rd.Details["process_sandbox"]), `"landlock_abi":`)

@@ -48,6 +48,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"timeout zero", map[string]string{"CAPSTAN_CALL_TIMEOUT": "0s"}, `CAPSTAN_CALL_TIMEOUT must be positive, got 0s`},
 		{"replicas zero", map[string]string{"CAPSTAN_STREAM_REPLICAS": "0"}, `CAPSTAN_STREAM_REPLICAS must be 1 to 5, got 0`},
 		{"process network", map[string]string{"CAPSTAN_PROCESS_NETWORK": "open"}, `CAPSTAN_PROCESS_NETWORK "open" must be confined or unconfined`},
+		{"min free disk", map[string]string{"CAPSTAN_MIN_FREE_DISK": "lots"}, `CAPSTAN_MIN_FREE_DISK "lots" is not a size (use a number with a unit, such as 2GiB or 500MB; 0 turns the check off)`},
 		{"replicas too many", map[string]string{"CAPSTAN_STREAM_REPLICAS": "7"}, `CAPSTAN_STREAM_REPLICAS must be 1 to 5, got 7`},
 		{"log format", map[string]string{"CAPSTAN_LOG_FORMAT": "xml"}, `CAPSTAN_LOG_FORMAT: "xml" must be text or json`},
 		{"otel exporter", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, `OTEL_TRACES_EXPORTER "zipkin" must be otlp or none`},

@@ -90,7 +90,7 @@ runner: allowed
   files write     /srv/agents/researcher/out
   working dir     /srv/agents/researcher
   binaries        git, ls
-  process limits  memory 512MiB, pids 64, cpu 1.5
+  process limits  memory 512MiB, pids 64, cpu 1.5, tmp 256MiB
   result budget   50000 chars (personality 50000)
   blobs           forbidden by the personality (budget.blobs: false)
 
@@ -250,7 +250,7 @@ rate_limits:
 	require.Equal(t, []string{"http/github/*"}, byName["http_request"].Grant.Secrets.Refs)
 	require.Equal(t, map[string][]string{"http/github/*": {"api.github.com"}}, byName["http_request"].Grant.Secrets.SendTo)
 	require.Equal(t, []string{"git"}, byName["run_process"].Grant.Process.Binaries)
-	require.Equal(t, explain.ProcessLimitsView{Memory: "256MiB", MemoryBytes: 256 << 20, Pids: 32}, byName["run_process"].Grant.Process.Limits)
+	require.Equal(t, explain.ProcessLimitsView{Memory: "256MiB", MemoryBytes: 256 << 20, Pids: 32, Tmp: "256MiB", TmpBytes: 256 << 20}, byName["run_process"].Grant.Process.Limits)
 	require.Equal(t, &explain.RateLimitView{Requests: 10, Window: "1m", WindowSeconds: 60}, byName["fetch_url"].Grant.RateLimit)
 	require.Equal(t, "session:<session_id>", byName["kv_get"].Grant.Storage.ScopeID)
 

@@ -194,6 +194,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("id: a\nfs_reach: {workdir: '${HOME}', read: ['${WORKDIR}/../x', '${FOO}']}"), "/h")
 	f.Add([]byte("id: a\nrate_limits: {t: {requests: 3, window: 1d12h}}\nbudget: {result_chars: 10}"), "")
 	f.Add([]byte("id: a\nsecrets: {allow: ['a/*'], send_to: {'a/*': ['x.com', '127.0.0.1:*'], 'b': []}}"), "")
+	f.Add([]byte("id: a\nprocess: {limits: {memory: 64MiB, pids: 16, cpu: 0.5, tmp: 1MiB}}"), "")
 	f.Fuzz(func(t *testing.T, data []byte, home string) {
 		p, err := Parse(data, Env{Home: home})
 		p2, err2 := Parse(data, Env{Home: home})
@@ -233,5 +234,11 @@ func FuzzParse(f *testing.F) {
 			require.NoError(t, err)
 			require.Equal(t, w, rl.Window)
 		}
+		l := p.ProcessLimits
+		require.GreaterOrEqual(t, l.MemoryBytes, int64(MinMemoryBytes))
+		require.GreaterOrEqual(t, l.TmpBytes, int64(MinTmpBytes))
+		n, err := ParseTmp(l.TmpText)
+		require.NoError(t, err)
+		require.Equal(t, l.TmpBytes, n, "the tmp text parses back")
 	})
 }

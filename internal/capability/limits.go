@@ -23,6 +23,13 @@ type ProcessLimits struct {
 	// CPU caps the CPU time of the call's processes, in CPUs (0.5 = half a
 	// CPU); 0 is unlimited.
 	CPU float64
+	// TmpBytes caps each child's private TMPDIR (a size-limited tmpfs of
+	// its own, whose pages count against MemoryBytes): writing past it
+	// fails with ENOSPC.
+	TmpBytes int64
+	// TmpText is the tmp limit as written in the personality (or
+	// DefaultTmpText), for messages.
+	TmpText string
 }
 
 // Defaults of ProcessLimits, and the floors under which a limit is refused
@@ -32,16 +39,21 @@ const (
 	DefaultMemoryText  = "1GiB"
 	DefaultMemoryBytes = 1 << 30
 	DefaultPids        = 256
+	DefaultTmpText     = "256MiB"
+	DefaultTmpBytes    = 256 << 20
 	MinMemoryBytes     = 32 << 20
 	MinPids            = 16
+	// MinTmpBytes is the smallest tmp limit, 1 MiB.
+	MinTmpBytes = 1 << 20
 	// MinCPU is the smallest cpu limit, a hundredth of a CPU.
 	MinCPU = 0.01
 )
 
 // DefaultProcessLimits returns the limits of a personality that sets none:
-// memory 1 GiB, pids 256, cpu unlimited.
+// memory 1 GiB, pids 256, cpu unlimited, tmp 256 MiB.
 func DefaultProcessLimits() ProcessLimits {
-	return ProcessLimits{MemoryBytes: DefaultMemoryBytes, MemoryText: DefaultMemoryText, Pids: DefaultPids}
+	return ProcessLimits{MemoryBytes: DefaultMemoryBytes, MemoryText: DefaultMemoryText, Pids: DefaultPids,
+		TmpBytes: DefaultTmpBytes, TmpText: DefaultTmpText}
 }
 
 // WithDefaults returns l with every zero field set to its default.
@@ -56,39 +68,55 @@ func (l ProcessLimits) WithDefaults() ProcessLimits {
 	if l.Pids == 0 {
 		l.Pids = d.Pids
 	}
+	if l.TmpBytes == 0 {
+		l.TmpBytes, l.TmpText = d.TmpBytes, d.TmpText
+	}
+	if l.TmpText == "" {
+		l.TmpText = humanize.IBytes(uint64(l.TmpBytes))
+	}
 	return l
 }
 
 // ParseMemory parses a memory size such as "512MiB", "1GiB", "1.5 GiB" or
 // "800MB" (SI units are decimal, IEC units binary, a bare number is bytes).
 func ParseMemory(s string) (int64, error) {
+	return parseSize(s, MinMemoryBytes, "32MiB", "512MiB or 2GiB")
+}
+
+// ParseTmp parses a tmp limit as ParseMemory parses a memory size; it must
+// be at least MinTmpBytes (1MiB).
+func ParseTmp(s string) (int64, error) {
+	return parseSize(s, MinTmpBytes, "1MiB", "256MiB or 1GiB")
+}
+
+// parseSize parses a size of at least floor bytes (floorText in errors);
+// examples are named in the error of a text that is no size.
+func parseSize(s string, floor int64, floorText, examples string) (int64, error) {
 	n, err := humanize.ParseBytes(strings.TrimSpace(s))
 	if err != nil || n > math.MaxInt64 {
-		return 0, fmt.Errorf("%q is not a size (use a number with a unit, such as 512MiB or 2GiB)", s)
+		return 0, fmt.Errorf("%q is not a size (use a number with a unit, such as %s)", s, examples)
 	}
-	if n < MinMemoryBytes {
-		return 0, fmt.Errorf("%q is below the minimum of 32MiB", s)
+	if int64(n) < floor {
+		return 0, fmt.Errorf("%q is below the minimum of %s", s, floorText)
 	}
 	return int64(n), nil
 }
 
-// processLimits reads process.limits: {memory, pids, cpu}.
+// processLimits reads process.limits: {memory, pids, cpu, tmp}.
 func (d *docParser) processLimits(v any) ProcessLimits {
 	l := DefaultProcessLimits()
-	obj, ok := d.object(v, "process.limits", "memory", "pids", "cpu")
+	obj, ok := d.object(v, "process.limits", "memory", "pids", "cpu", "tmp")
 	if !ok {
 		return l
 	}
 	if v, ok := field(obj, "memory"); ok {
-		switch m := v.(type) {
-		case string:
-			if n, err := ParseMemory(m); err != nil {
-				d.addf("process.limits.memory", "%v", err)
-			} else {
-				l.MemoryBytes, l.MemoryText = n, strings.TrimSpace(m)
-			}
-		default:
-			d.addf("process.limits.memory", "must be a size with a unit, such as 512MiB")
+		if n, text, ok := d.size(v, "process.limits.memory", ParseMemory, "512MiB"); ok {
+			l.MemoryBytes, l.MemoryText = n, text
+		}
+	}
+	if v, ok := field(obj, "tmp"); ok {
+		if n, text, ok := d.size(v, "process.limits.tmp", ParseTmp, "256MiB"); ok {
+			l.TmpBytes, l.TmpText = n, text
 		}
 	}
 	if v, ok := field(obj, "pids"); ok {
@@ -109,6 +137,22 @@ func (d *docParser) processLimits(v any) ProcessLimits {
 		}
 	}
 	return l
+}
+
+// size reads the size at key with parse; example names one in the error
+// of a value that is not a string.
+func (d *docParser) size(v any, key string, parse func(string) (int64, error), example string) (int64, string, bool) {
+	text, ok := v.(string)
+	if !ok {
+		d.addf(key, "must be a size with a unit, such as %s", example)
+		return 0, "", false
+	}
+	n, err := parse(text)
+	if err != nil {
+		d.addf(key, "%v", err)
+		return 0, "", false
+	}
+	return n, strings.TrimSpace(text), true
 }
 
 // parseCPU reads a CPU limit: a number of CPUs of at least MinCPU.

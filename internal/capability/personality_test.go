@@ -24,7 +24,7 @@ safety:
     deny: ["gist.github.com"]
     allow_private_urls: false
 secrets: {allow: ["providers/github/*"]}
-process: {allow: [git, ls], limits: {memory: 512MiB, pids: 128, cpu: 1.5}}
+process: {allow: [git, ls], limits: {memory: 512MiB, pids: 128, cpu: 1.5, tmp: 64MiB}}
 rate_limits:
   fetch_url: {requests: 100, window: 1h}
   terminal: {requests: 5, window: 7d}
@@ -49,7 +49,7 @@ func TestParseFullDocument(t *testing.T) {
 		Network:       NetworkPolicy{Allow: []string{"*.github.com", "api.openai.com"}, Deny: []string{"gist.github.com"}},
 		Secrets:       &Ceiling{Allow: []string{"providers/github/*"}},
 		Process:       &Ceiling{Allow: []string{"git", "ls"}},
-		ProcessLimits: ProcessLimits{MemoryBytes: 512 << 20, MemoryText: "512MiB", Pids: 128, CPU: 1.5},
+		ProcessLimits: ProcessLimits{MemoryBytes: 512 << 20, MemoryText: "512MiB", Pids: 128, CPU: 1.5, TmpBytes: 64 << 20, TmpText: "64MiB"},
 		RateLimits: map[string]RateLimit{
 			"fetch_url": {Requests: 100, Window: time.Hour, WindowText: "1h"},
 			"terminal":  {Requests: 5, Window: 7 * 24 * time.Hour, WindowText: "7d"},
@@ -207,6 +207,17 @@ func TestParseErrors(t *testing.T) {
 		{name: "cpu zero", doc: "id: a\nprocess: {limits: {cpu: 0}}", want: []string{"process.limits.cpu: 0 is below the minimum of 0.01"}},
 		{name: "cpu not a number", doc: "id: a\nprocess: {limits: {cpu: all}}", want: []string{"process.limits.cpu: must be a number of CPUs, such as 0.5 or 2"}},
 		{name: "cpu a list", doc: "id: a\nprocess: {limits: {cpu: [1]}}", want: []string{"process.limits.cpu: must be a number of CPUs, such as 0.5 or 2"}},
+		{name: "tmp below the minimum", doc: "id: a\nprocess: {limits: {tmp: 512KiB}}",
+			want: []string{`process.limits.tmp: "512KiB" is below the minimum of 1MiB`}},
+		{name: "tmp without unit is bytes, below the minimum", doc: "id: a\nprocess: {limits: {tmp: '4096'}}",
+			want: []string{`process.limits.tmp: "4096" is below the minimum of 1MiB`}},
+		{name: "tmp not a size", doc: "id: a\nprocess: {limits: {tmp: plenty}}",
+			want: []string{`process.limits.tmp: "plenty" is not a size (use a number with a unit, such as 256MiB or 1GiB)`}},
+		{name: "tmp a number", doc: "id: a\nprocess: {limits: {tmp: 256}}", want: []string{"process.limits.tmp: must be a size with a unit, such as 256MiB"}},
+		{name: "tmp negative", doc: "id: a\nprocess: {limits: {tmp: -1MiB}}",
+			want: []string{`process.limits.tmp: "-1MiB" is not a size (use a number with a unit, such as 256MiB or 1GiB)`}},
+		{name: "tmp and memory both wrong", doc: "id: a\nprocess: {limits: {memory: 1MiB, tmp: [1]}}",
+			want: []string{`process.limits.memory: "1MiB" is below the minimum of 32MiB`, "process.limits.tmp: must be a size with a unit, such as 256MiB"}},
 		{name: "rate limit zero requests", doc: "id: a\nrate_limits: {t: {requests: 0, window: 1h}}",
 			want: []string{"rate_limits.t.requests: must be an integer greater than 0"}},
 		{name: "rate limit fractional requests", doc: "id: a\nrate_limits: {t: {requests: 1.5, window: 1h}}",
@@ -343,15 +354,17 @@ func TestParseProcessLimits(t *testing.T) {
 		wantCeiling *Ceiling
 		want        ProcessLimits
 	}{
-		{name: "absent: defaults", doc: "id: a", want: ProcessLimits{MemoryBytes: 1 << 30, MemoryText: "1GiB", Pids: 256}},
+		{name: "absent: defaults", doc: "id: a", want: ProcessLimits{MemoryBytes: 1 << 30, MemoryText: "1GiB", Pids: 256, TmpBytes: 256 << 20, TmpText: "256MiB"}},
 		{name: "limits without a ceiling", doc: "id: a\nprocess: {limits: {memory: 2GiB}}",
-			want: ProcessLimits{MemoryBytes: 2 << 30, MemoryText: "2GiB", Pids: 256}},
-		{name: "SI units are decimal", doc: "id: a\nprocess: {allow: [git], limits: {memory: 800MB, cpu: 0.5}}", wantCeiling: &Ceiling{Allow: []string{"git"}},
-			want: ProcessLimits{MemoryBytes: 800_000_000, MemoryText: "800MB", Pids: 256, CPU: 0.5}},
-		{name: "spaces and case", doc: "id: a\nprocess: {limits: {memory: ' 1.5 gib ', pids: 1000, cpu: 2}}",
-			want: ProcessLimits{MemoryBytes: 3 << 29, MemoryText: "1.5 gib", Pids: 1000, CPU: 2}},
+			want: ProcessLimits{MemoryBytes: 2 << 30, MemoryText: "2GiB", Pids: 256, TmpBytes: 256 << 20, TmpText: "256MiB"}},
+		{name: "SI units are decimal", doc: "id: a\nprocess: {allow: [git], limits: {memory: 800MB, cpu: 0.5, tmp: 2MB}}", wantCeiling: &Ceiling{Allow: []string{"git"}},
+			want: ProcessLimits{MemoryBytes: 800_000_000, MemoryText: "800MB", Pids: 256, CPU: 0.5, TmpBytes: 2_000_000, TmpText: "2MB"}},
+		{name: "spaces and case", doc: "id: a\nprocess: {limits: {memory: ' 1.5 gib ', pids: 1000, cpu: 2, tmp: ' 1 mib '}}",
+			want: ProcessLimits{MemoryBytes: 3 << 29, MemoryText: "1.5 gib", Pids: 1000, CPU: 2, TmpBytes: 1 << 20, TmpText: "1 mib"}},
 		{name: "cpu as a string", doc: "id: a\nprocess: {limits: {cpu: '0.25'}}",
-			want: ProcessLimits{MemoryBytes: 1 << 30, MemoryText: "1GiB", Pids: 256, CPU: 0.25}},
+			want: ProcessLimits{MemoryBytes: 1 << 30, MemoryText: "1GiB", Pids: 256, CPU: 0.25, TmpBytes: 256 << 20, TmpText: "256MiB"}},
+		{name: "tmp alone", doc: "id: a\nprocess: {limits: {tmp: 1GiB}}",
+			want: ProcessLimits{MemoryBytes: 1 << 30, MemoryText: "1GiB", Pids: 256, TmpBytes: 1 << 30, TmpText: "1GiB"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -367,6 +380,8 @@ func TestParseProcessLimits(t *testing.T) {
 func TestProcessLimitsWithDefaults(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, DefaultProcessLimits(), ProcessLimits{}.WithDefaults())
-	require.Equal(t, ProcessLimits{MemoryBytes: 64 << 20, MemoryText: "64 MiB", Pids: 256}, ProcessLimits{MemoryBytes: 64 << 20}.WithDefaults())
-	require.Equal(t, ProcessLimits{MemoryBytes: 1 << 30, MemoryText: "1GiB", Pids: 20, CPU: 1}, ProcessLimits{Pids: 20, CPU: 1}.WithDefaults())
+	require.Equal(t, ProcessLimits{MemoryBytes: 64 << 20, MemoryText: "64 MiB", Pids: 256, TmpBytes: 256 << 20, TmpText: "256MiB"}, ProcessLimits{MemoryBytes: 64 << 20}.WithDefaults())
+	require.Equal(t, ProcessLimits{MemoryBytes: 1 << 30, MemoryText: "1GiB", Pids: 20, CPU: 1, TmpBytes: 256 << 20, TmpText: "256MiB"}, ProcessLimits{Pids: 20, CPU: 1}.WithDefaults())
+	require.Equal(t, ProcessLimits{MemoryBytes: 1 << 30, MemoryText: "1GiB", Pids: 256, TmpBytes: 8 << 20, TmpText: "8.0 MiB"}, ProcessLimits{TmpBytes: 8 << 20}.WithDefaults())
+	require.Equal(t, "1MiB", ProcessLimits{TmpBytes: 1 << 20, TmpText: "1MiB"}.WithDefaults().TmpText, "the text as given")
 }

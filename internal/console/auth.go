@@ -177,6 +177,30 @@ func isLoopback(r *http.Request) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// loopbackHost reports whether the request's Host names this server on
+// loopback: "localhost" or a loopback address, with the port the request
+// arrived on (none stands for 80). A request that did not arrive through a
+// net/http server (no local address to compare with) is refused.
+func loopbackHost(r *http.Request) bool {
+	host, port, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host, port = strings.TrimSuffix(strings.TrimPrefix(r.Host, "["), "]"), "80"
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return false
+	}
+	_, localPort, err := net.SplitHostPort(local.String())
+	if err != nil || localPort != port {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // LoopbackAddr reports whether a listen address binds loopback only.
 func LoopbackAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)

@@ -206,6 +206,13 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (identity
 			http.Error(w, "forbidden: this console has no tokens configured and answers loopback clients only", http.StatusForbidden)
 			return identity{}, false
 		}
+		if !loopbackHost(r) {
+			// A page that rebinds its own name to 127.0.0.1 (DNS
+			// rebinding) reaches a loopback console from the operator's
+			// browser, with its own name in Host and Origin.
+			http.Error(w, fmt.Sprintf("forbidden: this console has no tokens configured and answers only a Host of localhost or a loopback address with its port, not %q", r.Host), http.StatusForbidden)
+			return identity{}, false
+		}
 		return identity{Name: "local", Role: RoleOperator}, true
 	}
 	tok, err := requestToken(r)

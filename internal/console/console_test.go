@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"html"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -133,12 +134,66 @@ func TestConsoleWithoutTokensAnswersLoopbackOnly(t *testing.T) {
 	} {
 		req := httptest.NewRequestWithContext(ctxT(t), "GET", "/dlq", nil)
 		req.RemoteAddr = tc.remote
+		req.Host = "localhost:8480"
+		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8480}))
 		rec := httptest.NewRecorder()
 		con.ServeHTTP(rec, req)
 		require.Equal(t, tc.want, rec.Code, tc.remote)
 		if tc.want == http.StatusForbidden {
 			require.Contains(t, rec.Body.String(), "no tokens configured and answers loopback clients only")
 		}
+	}
+}
+
+// TestConsoleWithoutTokensRefusesARebindingPage: a web page the operator
+// visits rebinds its own name to 127.0.0.1 and posts to a console without
+// tokens from the operator's browser, with its own name in Host and a
+// matching Origin (security.md section 2). It gets 403 and nothing is
+// stored; only a Host of localhost or a loopback address with the
+// console's port is served.
+func TestConsoleWithoutTokensRefusesARebindingPage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, srv := e.serve(t, nil)
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+	require.NoError(t, err)
+	before, err := e.client.Personality(ctxT(t), "default")
+	require.NoError(t, err)
+
+	post := func(host string) (int, string) {
+		doc := "id: default\nfs_reach: {read: [\"/\"]}\nprocess: {allow: [\"*\"]}\n"
+		req, err := http.NewRequestWithContext(ctxT(t), "POST", srv.URL+"/personalities", strings.NewReader(url.Values{"document": {doc}}.Encode()))
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("Origin", "http://"+host)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		resp, err := noRedirect.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	for _, host := range []string{"evil.example:" + port, "127.0.0.1.evil.example:" + port, "localhost.evil.example:" + port,
+		"localhost:1", "127.0.0.1", "evil.example"} {
+		code, body := post(host)
+		require.Equal(t, http.StatusForbidden, code, host)
+		require.Contains(t, body, "answers only a Host of localhost or a loopback address with its port", host)
+	}
+	after, err := e.client.Personality(ctxT(t), "default")
+	require.NoError(t, err)
+	require.Equal(t, string(before), string(after), "the rebinding page changed the personality")
+
+	// The console's own names still work, in any case of "localhost".
+	for _, host := range []string{"localhost:" + port, "LocalHost:" + port, "127.0.0.1:" + port, "127.1.2.3:" + port, "[::1]:" + port} {
+		req, err := http.NewRequestWithContext(ctxT(t), "GET", srv.URL+"/personalities/default", nil)
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := noRedirect.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, host)
 	}
 }
 

@@ -78,13 +78,16 @@ type ProcessView struct {
 	Limits   ProcessLimitsView `json:"limits"`
 }
 
-// ProcessLimitsView are the cgroup ceilings of a call's children; CPU 0 is
-// unlimited.
+// ProcessLimitsView are the per-call ceilings of a call's children: the
+// cgroup's memory, pids and cpu (CPU 0 is unlimited) and the size of each
+// child's private TMPDIR.
 type ProcessLimitsView struct {
 	Memory      string  `json:"memory"`
 	MemoryBytes int64   `json:"memory_bytes"`
 	Pids        int     `json:"pids"`
 	CPU         float64 `json:"cpu"`
+	Tmp         string  `json:"tmp"`
+	TmpBytes    int64   `json:"tmp_bytes"`
 }
 
 // StorageView is the KV scope of a call.
@@ -188,7 +191,7 @@ func describeGrant(t *tool.Tool, p *capability.Personality, g *capability.Grant)
 	if b := g.Process; b != nil {
 		l := b.Limits.WithDefaults()
 		v.Process = &ProcessView{Binaries: list(b.Binaries()),
-			Limits: ProcessLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU}}
+			Limits: ProcessLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU, Tmp: l.TmpText, TmpBytes: l.TmpBytes}}
 	}
 	if s := g.Storage; s != nil {
 		v.Storage = &StorageView{Kind: cmp.Or(t.Capabilities.Storage.Kind, "kv"), Scope: string(s.Scope), ScopeID: s.ScopeID,

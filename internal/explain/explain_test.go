@@ -33,7 +33,7 @@ secrets:
     "http/openai": [api.openai.com]
 process:
   allow: [git, ls]
-  limits: {memory: 512MiB, pids: 64, cpu: 1.5}
+  limits: {memory: 512MiB, pids: 64, cpu: 1.5, tmp: 64MiB}
 rate_limits:
   gh: {requests: 100, window: 1h}
 budget: {result_chars: 50000}
@@ -84,14 +84,14 @@ func TestExplainTool(t *testing.T) {
 			tool: &tool.Tool{Name: "runner", Capabilities: tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"*"}}}},
 			want: Explanation{Tool: "runner", Allowed: true, Grant: &GrantView{
 				Process: &ProcessView{Binaries: []string{"git", "ls"},
-					Limits: ProcessLimitsView{Memory: "512MiB", MemoryBytes: 512 << 20, Pids: 64, CPU: 1.5}},
+					Limits: ProcessLimitsView{Memory: "512MiB", MemoryBytes: 512 << 20, Pids: 64, CPU: 1.5, Tmp: "64MiB", TmpBytes: 64 << 20}},
 				Budget: BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
 			}}},
 		{name: "process: default limits, no ceiling", p: bare,
 			tool: &tool.Tool{Name: "runner", Capabilities: tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"bash"}}}},
 			want: Explanation{Tool: "runner", Allowed: true, Grant: &GrantView{
 				Process: &ProcessView{Binaries: []string{"bash"},
-					Limits: ProcessLimitsView{Memory: "1GiB", MemoryBytes: 1 << 30, Pids: 256}},
+					Limits: ProcessLimitsView{Memory: "1GiB", MemoryBytes: 1 << 30, Pids: 256, Tmp: "256MiB", TmpBytes: 256 << 20}},
 				Budget: BudgetView{ResultChars: 1000, PersonalityResultChars: 1000},
 			}}},
 		{name: "storage: session scope", p: researcher,
@@ -221,7 +221,7 @@ func requireWorkerGrant(t *testing.T, tl *tool.Tool, p *capability.Personality, 
 			require.NoError(t, g.Process.Check(b))
 		}
 		l := g.Process.Limits.WithDefaults()
-		require.Equal(t, ProcessLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU}, v.Process.Limits)
+		require.Equal(t, ProcessLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU, Tmp: l.TmpText, TmpBytes: l.TmpBytes}, v.Process.Limits)
 	}
 	require.Equal(t, g.Storage == nil, v.Storage == nil)
 	if g.Storage != nil {

@@ -49,7 +49,7 @@ func Rows(g *GrantView) [][2]string {
 		if p.Limits.CPU > 0 {
 			cpu = strconv.FormatFloat(p.Limits.CPU, 'g', -1, 64)
 		}
-		add("process limits", fmt.Sprintf("memory %s, pids %d, cpu %s", p.Limits.Memory, p.Limits.Pids, cpu))
+		add("process limits", fmt.Sprintf("memory %s, pids %d, cpu %s, tmp %s", p.Limits.Memory, p.Limits.Pids, cpu, p.Limits.Tmp))
 	}
 	if s := g.Storage; s != nil {
 		v := fmt.Sprintf("%s scope %s (%s)", s.Kind, s.Scope, s.ScopeID)

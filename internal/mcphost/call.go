@@ -48,7 +48,9 @@ func (s *server) executor(mcpName string) func(context.Context, json.RawMessage,
 //     audience;
 //   - when ctx ends (the call is cancelled or timed out) the SDK sends
 //     notifications/cancelled and the call returns context.Cause(ctx);
-//     the server's own timeout ends it "timed out after <timeout>";
+//     the server's own timeout ends it "timed out after <timeout>"; either
+//     way a stdio server is pinged at once, and restarted when it does not
+//     answer within HungPingTimeout (hang.go);
 //   - a connection lost during the call (the server crashed or hung) is
 //     an infrastructure fault wrapping tool.ErrUnavailable: the worker hands
 //     the call back for redelivery, and the server is restarted.
@@ -74,8 +76,10 @@ func (s *server) call(ctx context.Context, mcpName string, args json.RawMessage,
 	res, err := c.session.CallTool(cctx, params)
 	switch {
 	case ctx.Err() != nil:
+		s.suspect(c, abandoned(ctx))
 		return tool.Result{}, context.Cause(ctx)
 	case cctx.Err() != nil:
+		s.suspect(c, callTimedOut)
 		return tool.Fail(tool.CodeExecutionFailed, context.Cause(cctx).Error()), nil
 	case err != nil:
 		return s.failed(c, err)
@@ -98,13 +102,20 @@ func (s *server) failed(c *conn, err error) (tool.Result, error) {
 		return tool.Fail(tool.CodeNotAvailable, unavailable(s.def.Name, msg)), nil
 	}
 	// Wait for the supervisor to see the connection end (its reason, such
-	// as the child's exit status, says more than this error).
-	t := time.NewTimer(lostWait)
+	// as the child's exit status, says more than this error). A stdio
+	// session that broke has ended, and the supervisor's watch of the child
+	// fails c within lostExitWait: wait for that rather than race it.
+	wait := lostWait
+	fault := transportFault(err)
+	if fault && s.def.Stdio() {
+		wait += lostExitWait
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-c.lost:
 	case <-t.C:
-		if !transportFault(err) {
+		if !fault {
 			return tool.Fail(tool.CodeExecutionFailed, "MCP server "+s.def.Name+": "+msg), nil
 		}
 		c.fail(msg)

@@ -28,7 +28,10 @@ const (
 	DefaultStartWait    = 10 * time.Second
 	DefaultPingInterval = 30 * time.Second
 	DefaultPingTimeout  = 10 * time.Second
-	DefaultStderrMax    = 64 << 10
+	// DefaultHungPingTimeout bounds the ping a stdio server gets at once
+	// after one of its calls timed out or was cancelled.
+	DefaultHungPingTimeout = 2 * time.Second
+	DefaultStderrMax       = 64 << 10
 	// stableAfter is how long a connection must have lived for its end to
 	// count as a crash of a healthy server (restarted at once, calls wait
 	// for it) rather than one more failure of a crash loop (backoff, calls
@@ -85,6 +88,12 @@ type Config struct {
 	// PingInterval is how often a live server is pinged; one that fails
 	// two pings in a row (PingTimeout each) is hung and restarted.
 	PingInterval, PingTimeout time.Duration
+	// HungPingTimeout bounds the ping a stdio server is sent at once after
+	// one of its calls timed out or was cancelled (one such check at a
+	// time per server; calls arriving meanwhile wait for its outcome). A
+	// server that does not answer within it is hung and restarted, so the
+	// next call does not wait for two periodic pings to fail.
+	HungPingTimeout time.Duration
 	// StderrMax caps the stderr bytes of one start logged; the rest is
 	// read and dropped.
 	StderrMax int
@@ -104,6 +113,7 @@ func (c Config) withDefaults() Config {
 	c.StartWait = cmp.Or(c.StartWait, DefaultStartWait)
 	c.PingInterval = cmp.Or(c.PingInterval, DefaultPingInterval)
 	c.PingTimeout = cmp.Or(c.PingTimeout, DefaultPingTimeout)
+	c.HungPingTimeout = cmp.Or(c.HungPingTimeout, DefaultHungPingTimeout)
 	c.StderrMax = cmp.Or(c.StderrMax, DefaultStderrMax)
 	return c
 }
@@ -117,7 +127,8 @@ func (c Config) validate() error {
 		name string
 		v    time.Duration
 	}{{"RestartMin", c.RestartMin}, {"RestartMax", c.RestartMax}, {"StartTimeout", c.StartTimeout},
-		{"StartWait", c.StartWait}, {"PingInterval", c.PingInterval}, {"PingTimeout", c.PingTimeout}} {
+		{"StartWait", c.StartWait}, {"PingInterval", c.PingInterval}, {"PingTimeout", c.PingTimeout},
+		{"HungPingTimeout", c.HungPingTimeout}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("mcphost: %s must not be negative, got %s", d.name, d.v))
 		}

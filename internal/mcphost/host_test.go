@@ -160,18 +160,22 @@ func TestCrashDuringCallIsAnInfrastructureFaultAndTheServerRestarts(t *testing.T
 	first := th.waitState("rogue", StateUp)
 	_, _, err := th.call(ctxT(t), "mcp__rogue__crash", `{}`)
 	require.ErrorIs(t, err, tool.ErrUnavailable)
-	require.Contains(t, err.Error(), "MCP server rogue: connection lost during the call: exited with status 3; last stderr line: ")
+	require.Regexp(t, `MCP server rogue: connection lost during the call: exited with status 3; last stderr line: .*crashing on request$`, err.Error(),
+		"the reason is the child's exit status and the last line it wrote")
 	var st Status
 	require.Eventually(t, func() bool {
 		st = th.status("rogue")
 		return st.State == StateUp && st.PID != first.PID
 	}, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1, st.Restarts)
+	require.Equal(t, "", st.Reason)
 	res, _, err := th.call(ctxT(t), "mcp__rogue__env", `{"name":"HOME"}`)
 	require.NoError(t, err)
 	require.True(t, res.OK)
-	require.Contains(t, th.logs.String(), "crashing on request", "stderr reaches the log")
-	require.Contains(t, th.logs.String(), "exited with status 3")
+	require.Eventually(t, func() bool {
+		logs := th.logs.String()
+		return strings.Contains(logs, "crashing on request") && strings.Contains(logs, "exited with status 3")
+	}, 10*time.Second, 10*time.Millisecond, "stderr and the exit status reach the log:\n%s", th.logs.String())
 }
 
 // A server that stops answering (here: stopped with SIGSTOP) fails its
@@ -249,7 +253,7 @@ func TestHostedToolDeclaration(t *testing.T) {
 		Process: &tool.Process{AllowedBinaries: []string{rogue(t)}},
 	}, tl.Capabilities)
 	require.JSONEq(t, `{"type":"object","required":["path"],"properties":{"path":{"type":"string","description":"file to read"}},"additionalProperties":false}`, string(tl.Schema))
-	require.Equal(t, 9, th.status("rogue").Tools)
+	require.Equal(t, 10, th.status("rogue").Tools)
 	require.Equal(t, "stdio", th.status("rogue").Transport)
 	require.NotZero(t, th.status("rogue").PID)
 }

@@ -69,6 +69,12 @@ type server struct {
 	st      Status
 	conn    *conn         // the live connection while up
 	changed chan struct{} // closed and replaced at every state change
+	// checking is the live connection while it is pinged after a call
+	// timed out or was cancelled (hang.go); calls wait meanwhile.
+	checking *conn
+	// checks counts the running checks; run waits for them before it
+	// returns.
+	checks sync.WaitGroup
 
 	sinks  sinks
 	relist chan struct{}
@@ -103,6 +109,7 @@ func newServer(h *Host, d *Definition) *server {
 func (s *server) run(ctx context.Context, firstDone func()) {
 	var once sync.Once
 	first := func() { once.Do(firstDone) }
+	defer s.checks.Wait() // last: every connection is closed by then
 	defer first()
 	defer s.setState(func(st *Status) {
 		st.State, st.Reason, st.PID, st.NextStart = StateStopped, "the worker is stopping", 0, nil
@@ -121,7 +128,7 @@ func (s *server) run(ctx context.Context, firstDone func()) {
 			delay := s.h.backoff(failures)
 			reason := oneLine(err.Error())
 			s.log.WarnContext(ctx, "MCP server did not start", "error", reason, "retry_in", delay.String())
-			s.setDown(reason, delay)
+			s.setDown(reason, delay, false)
 			first()
 			if !sleep(ctx, delay) {
 				return
@@ -133,19 +140,25 @@ func (s *server) run(ctx context.Context, firstDone func()) {
 		first()
 		s.log.InfoContext(ctx, "MCP server up", "tools", len(tools), "pid", c.pid, "transport", s.transport)
 		reason := s.watch(ctx, c)
-		s.setState(func(*Status) { s.conn = nil })
-		c.close()
 		if ctx.Err() != nil {
+			s.setState(func(*Status) { s.conn, s.checking = nil, nil })
+			c.close()
 			return
 		}
+		// The new state is set before the old connection is closed (which
+		// may take stopGrace): calls that arrive meanwhile wait for the
+		// restart, or are refused during a backoff, and none is sent to
+		// the connection being closed.
 		if failures == 0 || time.Since(upAt) >= stableAfter {
 			// A healthy server stopped: start it again at once; calls wait.
 			failures = 1
 			s.log.WarnContext(ctx, "MCP server stopped; restarting", "reason", reason)
 			s.setState(func(st *Status) {
+				s.conn, s.checking = nil, nil
 				st.State, st.Reason, st.PID, st.NextStart = StateStarting, "restarting: "+reason, 0, nil
 				st.Restarts++
 			})
+			c.close()
 			if !sleep(ctx, s.h.cfg.RestartMin) {
 				return
 			}
@@ -154,9 +167,9 @@ func (s *server) run(ctx context.Context, firstDone func()) {
 		failures++
 		delay := s.h.backoff(failures)
 		s.log.WarnContext(ctx, "MCP server stopped again soon after its restart; backing off", "reason", reason, "retry_in", delay.String())
-		s.setState(func(st *Status) { st.Restarts++ })
-		s.setDown("stopped: "+reason, delay)
-		if !sleep(ctx, delay) {
+		next := s.setDown("stopped: "+reason, delay, true)
+		c.close()
+		if !sleep(ctx, time.Until(next)) {
 			return
 		}
 	}
@@ -312,9 +325,19 @@ func (s *server) publishTools(tools []tool.Tool) {
 	}
 }
 
-func (s *server) setDown(reason string, delay time.Duration) {
+// setDown marks the server down for delay with reason, counting a restart
+// when a live connection ended (restart), and returns when it is started
+// again.
+func (s *server) setDown(reason string, delay time.Duration, restart bool) time.Time {
 	next := time.Now().Add(delay).UTC()
-	s.setState(func(st *Status) { st.State, st.Reason, st.PID, st.NextStart = StateDown, reason, 0, &next })
+	s.setState(func(st *Status) {
+		s.conn, s.checking = nil, nil
+		if restart {
+			st.Restarts++
+		}
+		st.State, st.Reason, st.PID, st.NextStart = StateDown, reason, 0, &next
+	})
+	return next
 }
 
 // setState applies fn to the status under the lock, stamps the change,
@@ -339,24 +362,32 @@ func (s *server) status() Status {
 }
 
 // connection returns the live connection, waiting up to StartWait while
-// the server starts; otherwise it returns nil and why the server is not
-// available. A ctx that ends first returns nil and "".
+// the server starts, or is pinged after a call timed out or was cancelled
+// (hang.go); otherwise it returns nil and why the server is not available.
+// A ctx that ends first returns nil and "".
 func (s *server) connection(ctx context.Context) (*conn, string) {
 	timer := time.NewTimer(s.h.cfg.StartWait)
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
-		st, c, changed := s.st, s.conn, s.changed
+		st, c, checking, changed := s.st, s.conn, s.checking, s.changed
 		s.mu.Unlock()
 		switch st.State {
 		case StateUp:
-			return c, ""
+			if checking == nil {
+				return c, ""
+			}
+			// Pinged after a call timed out or was cancelled: wait for the
+			// answer, or for the restart of a hung server.
 		case StateDown, StateStopped:
 			return nil, st.Reason
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
+			if st.State == StateUp {
+				return nil, fmt.Sprintf("no answer yet to the ping that followed a call that timed out or was cancelled, after %s", s.h.cfg.StartWait)
+			}
 			return nil, fmt.Sprintf("still starting after %s (%s)", s.h.cfg.StartWait, cmp.Or(st.Reason, "first start"))
 		case <-ctx.Done():
 			return nil, ""

@@ -27,12 +27,20 @@ const (
 	// stopGrace is how long a stopped server gets to exit on its own once
 	// its standard input is closed, before it is killed.
 	stopGrace = 500 * time.Millisecond
-	// exitWait is how long a broken connection waits for the child's exit
-	// status, which says more than the broken pipe.
+	// exitWait is how long a start whose initialize failed waits for the
+	// child's exit status, which says more than the broken pipe.
 	exitWait = 2 * time.Second
-	// stderrDrain is how long the exit reason waits for the rest of the
-	// child's stderr once it has exited.
-	stderrDrain = 200 * time.Millisecond
+	// stderrDrain bounds the wait of the exit reason for the end of the
+	// child's stderr once it has exited, so that the last line it wrote is
+	// quoted. The wait ends at EOF, which comes at once: the child's cgroup
+	// is killed when it exits. The bound is for a process that escaped it.
+	stderrDrain = time.Second
+	// lostExitWait bounds the wait of a connection whose output ended for
+	// the child's exit status (its reason, the stderr drain included), before
+	// it fails as "closed its standard output" (a child that closed it and
+	// lives on). Well past stderrDrain, so that a child that exited is
+	// reported by its status even on a loaded machine.
+	lostExitWait = 5 * time.Second
 )
 
 // startStdio starts the server's command as a confined child (the process
@@ -127,7 +135,7 @@ func (s *server) startStdio(life, sctx context.Context) (*conn, error) {
 		_ = session.Wait()
 		select {
 		case <-exited:
-		case <-time.After(exitWait):
+		case <-time.After(lostExitWait):
 			c.fail("closed its standard output")
 		}
 	})

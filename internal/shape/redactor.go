@@ -20,12 +20,19 @@ import (
 //     alignments, the run of characters that encodes only bits of s, and
 //     with it the character on either side that mixes bits of s with its
 //     neighbours', and any '=' padding;
-//   - URL escaping (query, path, all but the unreserved characters, every
-//     byte), %XX in either case;
-//   - JSON string escaping (encoding/json with and without HTML escaping,
-//     `\/`, non-ASCII or every character as \uXXXX), \uXXXX in either case;
 //   - letter-spaced: s or s reversed with one and the same byte between
 //     every two of its bytes ("s-e-c-r-e-t", "s e c r e t").
+//
+// The forms of a secret of MinEncodedLen bytes or more are also looked for
+// in the decoded view of the text (decode.go): every %XX, JSON escape
+// (\uXXXX, surrogate pairs, \" \\ \/ \n ...) and HTML character reference
+// (&#43; &#x2B; &plus;) replaced by what it stands for, so that any mix of
+// escaped and literal characters, of one scheme or several, is found; what
+// is redacted is the span of the text the occurrence was decoded from,
+// every escape one of whose bytes it holds included. The forms also
+// include what the secret reads as in the decoded view when an escaper
+// left escape-like text of the secret as it is, wrote a space as '+', or
+// invalid UTF-8 as U+FFFD ([decodedForms]).
 //
 // Occurrences that overlap are replaced by one [Redacted], occurrences that
 // touch by one each (see [Redact]).
@@ -33,6 +40,14 @@ type Redactor struct {
 	given  []string // the secrets it was built for, as given
 	short  []string // distinct secrets under MinEncodedLen bytes: literal only
 	groups []*group // the others, at most maxGroupForms forms in each group
+	// reach bounds the length of an occurrence of the groups' forms (with
+	// the base64 characters around a run, and letter-spaced): the context
+	// of an escape in the decoded view.
+	reach int
+	// inForm holds the bytes of the groups' forms (hexadecimal digits in
+	// either case, and the base64 alphabet): an escape that stands for
+	// none of them ends the context of others in the decoded view.
+	inForm [256]bool
 }
 
 // group holds the forms of some secrets of MinEncodedLen bytes or more and
@@ -91,6 +106,24 @@ func NewRedactor(secrets []string) *Redactor {
 		var g *group
 		g, long = newGroup(long)
 		r.groups = append(r.groups, g)
+		for _, p := range g.pats {
+			r.reach = max(r.reach, len(p.text)+3)
+			for i := range len(p.text) {
+				r.inForm[p.text[i]] = true
+				if p.hex {
+					r.inForm[p.text[i]&^0x20] = true
+				}
+			}
+		}
+		for _, s := range g.spaced {
+			r.reach = max(r.reach, 2*len(s)-1)
+		}
+	}
+	if len(r.groups) > 0 {
+		// The characters around a base64 run, and its padding.
+		for _, c := range []byte(base64Chars) {
+			r.inForm[c] = true
+		}
 	}
 	return r
 }
@@ -175,8 +208,33 @@ func (r *Redactor) Redact(s string) string {
 	return replace(s, spans)
 }
 
-// find returns the occurrences in s of the forms of r's secrets.
+// find returns the occurrences of the forms of r's secrets in s and, for
+// those of MinEncodedLen bytes or more, in the decoded view of s: each
+// occurrence there is the span of s it was decoded from.
 func (r *Redactor) find(s string) []span {
+	spans := r.findText(s)
+	if len(r.groups) == 0 {
+		return spans
+	}
+	dv := newDecodedView(s, r.reach, &r.inForm)
+	defer dv.release()
+	var found []span
+	for k := range dv.regions {
+		rg := &dv.regions[k]
+		view := dv.text(rg)
+		for _, g := range r.groups {
+			found = g.scan(view, found[:0])
+			for _, sp := range found {
+				spans = append(spans, dv.original(rg, sp.start, sp.end))
+			}
+		}
+	}
+	return spans
+}
+
+// findText returns the occurrences in s, as it is, of the forms of r's
+// secrets.
+func (r *Redactor) findText(s string) []span {
 	var spans []span
 	for _, sec := range r.short {
 		if len(sec) > len(s) {
@@ -341,6 +399,9 @@ func replace(s string, spans []span) string {
 	b.WriteString(s[last:])
 	return b.String()
 }
+
+// base64Chars are the characters of both base64 alphabets and the padding.
+const base64Chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_="
 
 func isBase64(c byte) bool {
 	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '-' || c == '_'

@@ -221,3 +221,91 @@ func TestRedactResultEncodedForms(t *testing.T) {
 	poisoned := tool.Result{OK: true, Structured: map[string]any{"x": explosive{secret: sentinel}}}
 	require.PanicsWithValue(t, "cannot encode [REDACTED]", func() { shape.RedactResult(poisoned, []string{sentinel}) })
 }
+
+// bound is the secret of issue 26: an MCP echo server returned it as
+// Python's urllib.parse.quote() writes it.
+const bound = "S3ntinel/Bound+Value42"
+
+// TestRedactDecodedView: a secret written with any mix of %XX, JSON escapes,
+// HTML character references and literal characters is redacted, and
+// nothing around it.
+func TestRedactDecodedView(t *testing.T) {
+	t.Parallel()
+	secrets := []string{bound}
+	tests := []struct{ name, in, want string }{
+		{"python quote", "echo: S3ntinel/Bound%2BValue42 done", "echo: [REDACTED] done"},
+		{"percent lower hex", "echo: S3ntinel/Bound%2bValue42 done", "echo: [REDACTED] done"},
+		{"slash escaped too", "?t=S3ntinel%2FBound%2BValue42&x=1", "?t=[REDACTED]&x=1"},
+		{"fully percent-encoded upper", "?t=" + escapeEvery(bound, "%%%02X"), "?t=[REDACTED]"},
+		{"fully percent-encoded lower", "?t=" + escapeEvery(bound, "%%%02x"), "?t=[REDACTED]"},
+		{"percent mixed case", "?t=%53%33ntinel/Bound%2b%56alue%34%32", "?t=[REDACTED]"},
+		{"JSON \\u escapes mixed with literal", `{"t":"S3ntinel\u002FBound\u002bValue42"}`, `{"t":"[REDACTED]"}`},
+		{"JSON \\u escapes upper", `{"t":"\u0053\u0033ntinel/Bound\u002BValue42"}`, `{"t":"[REDACTED]"}`},
+		{"JSON every character", `"` + escapeEvery(bound, `\u%04X`) + `"`, `"[REDACTED]"`},
+		{"JSON escaped slash", `{"t":"S3ntinel\/Bound+Value42"}`, `{"t":"[REDACTED]"}`},
+		{"HTML decimal", "<p>S3ntinel/Bound&#43;Value42</p>", "<p>[REDACTED]</p>"},
+		{"HTML hex", "<p>S3ntinel/Bound&#x2B;Value42</p>", "<p>[REDACTED]</p>"},
+		{"HTML hex upper X", "<p>S3ntinel&#X2f;Bound&#X2b;Value42</p>", "<p>[REDACTED]</p>"},
+		{"HTML named", "<p>S3ntinel&sol;Bound&plus;Value42</p>", "<p>[REDACTED]</p>"},
+		{"HTML every character", "<p>" + escapeEvery(bound, "&#%d;") + "</p>", "<p>[REDACTED]</p>"},
+		{"mixed schemes", `S3ntinel&sol;Bound%2B\u0056alue&#x34;2`, "[REDACTED]"},
+		{"the first and last characters escaped", `%53` + bound[1:len(bound)-1] + `&#50;`, "[REDACTED]"},
+		{"escapes around kept", `a%20b &amp; S3ntinel/Bound%2BValue42 \n c&lt;d`, `a%20b &amp; [REDACTED] \n c&lt;d`},
+		{"twice", "S3ntinel/Bound%2BValue42|S3ntinel/Bound&#43;Value42", "[REDACTED]|[REDACTED]"},
+		{"touching an escape", "%41S3ntinel/Bound%2BValue42%41", "%41[REDACTED]%41"},
+		{"form encoding's space", "?q=" + url.QueryEscape("my s3cret value"), "?q=[REDACTED]"},
+
+		// Escapes of escapes are read once, and other characters stay.
+		{"escaped percent", "S3ntinel/Bound%252BValue42", "S3ntinel/Bound%252BValue42"},
+		{"another character", "S3ntinel/Bound%2CValue42", "S3ntinel/Bound%2CValue42"},
+		{"incomplete escape", "S3ntinel/Bound%2Value42", "S3ntinel/Bound%2Value42"},
+		{"reference without semicolon", "S3ntinel/Bound&#43Value42", "S3ntinel/Bound&#43Value42"},
+		{"unknown reference", "S3ntinel/Bound&plusx;Value42", "S3ntinel/Bound&plusx;Value42"},
+		{"escapes elsewhere only", "a%2Bb &plus; \\u002B S3ntinel/Bound-Value42", "a%2Bb &plus; \\u002B S3ntinel/Bound-Value42"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			secrets := secrets
+			if strings.Contains(tt.name, "space") {
+				secrets = []string{"my s3cret value"}
+			}
+			got := shape.Redact(tt.in, secrets)
+			require.Equal(t, tt.want, got)
+			require.Equal(t, got, shape.Redact(got, secrets), "idempotent")
+		})
+	}
+}
+
+// Other secrets in escaped forms: non-ASCII, beyond the BMP, with escape
+// characters of their own, and the other forms of an escaped text.
+func TestRedactDecodedViewSecrets(t *testing.T) {
+	t.Parallel()
+	b64 := base64.StdEncoding.EncodeToString
+	tests := []struct{ name, secret, in, want string }{
+		{"surrogate pair", "pass😀word-123", `"pass\uD83D\uDE00word-123"`, `"[REDACTED]"`},
+		{"surrogate pair lower", "pass😀word-123", `"pass\ud83d\ude00word-123"`, `"[REDACTED]"`},
+		{"HTML non-BMP", "pass😀word-123", "pass&#x1F600;word-123 pass&#128512;word-123", "[REDACTED] [REDACTED]"},
+		{"percent-encoded UTF-8", "pâté-secret", "p%C3%A2t%c3%a9-secret", "[REDACTED]"},
+		{"JSON non-ASCII", "pâté-secret", `p\u00e2t\u00E9-secret`, "[REDACTED]"},
+		{"HTML named non-ASCII", "pâté-secret", "p&acirc;t&eacute;-secret", "[REDACTED]"},
+		{"a match inside an escape takes it whole", "\xa9-secret-tail", `caf\u00e9-secret-tail`, "caf[REDACTED]"},
+		{"invalid UTF-8 as U+FFFD", "bad\xff\xfebytes-1", `"bad\ufffd\ufffdbytes-1"`, `"[REDACTED]"`},
+		{"ampersand", "salt&pepper-42", "salt&amp;pepper-42 salt%26pepper-42 salt\\u0026pepper-42", "[REDACTED] [REDACTED] [REDACTED]"},
+		{"escape-like text left as it is", "p%41ss&amp;w0rd", `p%41ss\u0026amp;w0rd`, "[REDACTED]"},
+		{"escape-like text escaped", "p%41ss&amp;w0rd", `p%2541ss%26amp%3Bw0rd`, "[REDACTED]"},
+		{"backslash", `C:\new\token`, `"C:\\new\\token"`, `"[REDACTED]"`},
+		{"URL-escaped base64", "wJalrXUtnFEMI/K7MDENG", "k=" + url.QueryEscape(b64([]byte("wJalrXUtnFEMI/K7MDENG"))), "k=[REDACTED]"},
+		{"JSON-escaped base64", "\xfb\xff\xfe-binary-key", `{"k":"` + strings.ReplaceAll(b64([]byte("\xfb\xff\xfe-binary-key")), "/", `\/`) + `"}`, `{"k":"[REDACTED]"}`},
+		{"escaped reverse", "S3ntinel/Bound+Value42", "24eulaV%2BdnuoB/lenitn3S", "[REDACTED]"},
+		{"short secret: literal only", "hunt+r2", "hunt%2Br2 hunt+r2", "hunt%2Br2 [REDACTED]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := shape.Redact(tt.in, []string{tt.secret})
+			require.Equal(t, tt.want, got)
+			require.Equal(t, got, shape.Redact(got, []string{tt.secret}), "idempotent")
+		})
+	}
+}

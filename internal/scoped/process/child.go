@@ -41,6 +41,8 @@ type Child struct {
 	unwatch func() bool // stops the kill at the end of ctx
 	cg      *callCgroup
 	tmp     string
+	owner   *ownerDir // where tmp is
+	tmpfs   *os.File  // the root of the tmpfs on tmp; nil without one
 	killed  atomic.Bool
 	// mu orders Kill with the end of the child: once reaped is set, its
 	// cgroup may serve another call and its process group id another
@@ -62,8 +64,9 @@ type Child struct {
 //     listed, a relative one against cmd.Dir (which must then be set).
 //     argv[0] is cmd.Binary as given.
 //   - The environment is PATH (the trusted PATH), HOME, LANG=C.UTF-8, TZ=UTC
-//     and TMPDIR (a fresh private directory, removed when Run returns),
-//     then cmd.Env, whose values win, then for a call with network the
+//     and TMPDIR (a fresh private directory, removed when Run returns; a
+//     tmpfs of the grant's tmp limit where the child has a user
+//     namespace), then cmd.Env, whose values win, then for a call with network the
 //     proxy variables. A name starting with LD_ or DYLD_ (any case) is
 //     refused: "ENV_NOT_ALLOWED: <name> may not be set for a child
 //     process". An empty name, or one containing '=' or NUL, and a value
@@ -79,7 +82,8 @@ type Child struct {
 //
 // A child that exits, with any status, gives a ProcessResult and a nil
 // error: ExitCode is its exit status, or 128+n when signal n killed it,
-// and LimitsHit names the ceilings its processes met. When the memory
+// and LimitsHit names the ceilings its processes met ("pids limit <n>
+// reached", "tmp limit <size> reached": it filled its TMPDIR). When the memory
 // ceiling killed one of them the result comes with a *tool.LimitError.
 // When ctx ends first, the child's cgroup and process group are killed and
 // Run returns context.Cause(ctx) with the output captured so far (ExitCode
@@ -170,15 +174,16 @@ func (r *Runner) Start(ctx context.Context, cmd tool.Command) (*Child, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, context.Cause(ctx)
 	}
-	tmp, err := childTmp(r.tmpRoot)
+	tmp, owner, err := childTmp(r.tmpRoot)
 	if err != nil {
 		return nil, err
 	}
 	ch, err := r.start(ctx, path, dir, tmp, mode, cmd)
 	if err != nil {
-		r.removeTmp(ctx, tmp)
+		r.removeTmp(ctx, tmp, owner)
 		return nil, err
 	}
+	ch.owner = owner
 	return ch, nil
 }
 
@@ -246,7 +251,7 @@ func (r *Runner) start(ctx context.Context, path, dir, tmp string, mode launcher
 		_, _ = ch.proc.Wait()
 	}
 	if status != nil {
-		listener, aerr := launcher.Await(status)
+		files, aerr := launcher.AwaitFiles(status)
 		if aerr != nil {
 			reap()
 			if ctx.Err() != nil {
@@ -254,9 +259,11 @@ func (r *Runner) start(ctx context.Context, path, dir, tmp string, mode launcher
 			}
 			return nil, fmt.Errorf("process: start %s: %w", cmd.Binary, aerr)
 		}
-		if listener != nil {
-			if ch.stop, err = r.serveEgress(ctx, listener); err != nil {
+		ch.tmpfs = files.Tmp
+		if files.Listener != nil {
+			if ch.stop, err = r.serveEgress(ctx, files.Listener); err != nil {
 				reap()
+				closeFile(ch.tmpfs)
 				return nil, err
 			}
 		}
@@ -281,6 +288,9 @@ func (r *Runner) spawnExec(ch *Child, path, dir string, argv, env []string, conf
 	if confined {
 		if spec.NetNS {
 			launcher.NetNSAttr(c.SysProcAttr)
+		}
+		if spec.Tmp != "" {
+			launcher.MountNSAttr(c.SysProcAttr)
 		}
 		var err error
 		if h, err = launcher.Prepare(c, spec, path, argv); err != nil {
@@ -317,6 +327,7 @@ func (r *Runner) spawnZygote(ch *Child, path, dir string, argv, env []string, sp
 	req := zygote.Request{
 		Path: path, Argv: argv, Env: env, Dir: dir,
 		NetNS: spec.NetNS, Proxy: spec.Net == launcher.NetProxy, UID: os.Geteuid(), GID: os.Getegid(), ProxyPort: launcher.ProxyPort,
+		Tmp: spec.Tmp, TmpBytes: spec.TmpBytes,
 		CgroupsV1: spec.Cgroups, Status: theirs, Stdin: in, Stdout: out, Stderr: errw,
 	}
 	if spec.Landlock {
@@ -324,6 +335,11 @@ func (r *Runner) spawnZygote(ch *Child, path, dir string, argv, env []string, sp
 			return nil, fmt.Errorf("process: %w", err)
 		}
 		defer closeAll(req.Ruleset)
+		if spec.Tmp != "" {
+			if req.TmpAccess, err = launcher.TmpAccess(); err != nil {
+				return nil, fmt.Errorf("process: %w", err)
+			}
+		}
 	}
 	if spec.Seccomp {
 		if req.Filter, err = launcher.Filter(spec.Net != launcher.NetNone); err != nil {
@@ -385,9 +401,9 @@ func (ch *Child) Kill() error {
 }
 
 // Wait waits for the child to exit, then kills what it left running,
-// stops its egress proxy and removes its cgroups and TMPDIR. The result
-// has ExitCode and LimitsHit (its Stdout and Stderr are the caller's to
-// read from the pipes). The error is context.Cause of Start's ctx when that
+// stops its egress proxy, releases its tmpfs and removes its cgroups and
+// TMPDIR. The result has ExitCode and LimitsHit (its Stdout and Stderr
+// are the caller's to read from the pipes). The error is context.Cause of Start's ctx when that
 // ended first or Kill was called (ExitCode -1), a *tool.LimitError when
 // the memory ceiling killed one of the child's processes, or a wait
 // failure. Later calls return the same.
@@ -413,16 +429,22 @@ func (ch *Child) wait() (*tool.ProcessResult, error) {
 		ch.stop()
 	}
 	res := &tool.ProcessResult{ExitCode: -1}
-	var memory bool
+	var memory, pids bool
 	if ch.cg != nil {
-		var pids bool
 		memory, pids = ch.cg.hits()
-		if pids {
-			res.LimitsHit = append(res.LimitsHit, fmt.Sprintf("pids limit %d reached", r.limits.Pids))
-		}
+	}
+	if pids {
+		res.LimitsHit = append(res.LimitsHit, fmt.Sprintf("pids limit %d reached", r.limits.Pids))
+	}
+	// Before the cgroup goes back to the pool: closing the last reference
+	// to the tmpfs frees its pages, which are charged to the cgroup.
+	if r.releaseTmpfs(ch.ctx, ch.tmpfs) {
+		res.LimitsHit = append(res.LimitsHit, "tmp limit "+r.limits.TmpText+" reached")
+	}
+	if ch.cg != nil {
 		r.releaseCgroup(ch.ctx, ch.cg)
 	}
-	r.removeTmp(ch.ctx, ch.tmp)
+	r.removeTmp(ch.ctx, ch.tmp, ch.owner)
 	if ch.killed.Load() {
 		err := context.Cause(ch.ctx)
 		if err == nil {

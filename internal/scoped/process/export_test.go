@@ -16,6 +16,7 @@ var (
 type Probes struct {
 	ABI                        int
 	ABIErr, SeccompErr, NetErr error
+	TmpErr                     error
 	ZygoteErr                  error
 	Cgroup                     string
 	CgroupErr                  error
@@ -27,7 +28,7 @@ type Probes struct {
 // NewStatus is newStatus over p.
 func NewStatus(p Probes, network NetworkMode) SandboxStatus {
 	return newStatus(probes{
-		abi: p.ABI, abiErr: p.ABIErr, seccompErr: p.SeccompErr, netnsErr: p.NetErr, zygoteErr: p.ZygoteErr,
+		abi: p.ABI, abiErr: p.ABIErr, seccompErr: p.SeccompErr, netnsErr: p.NetErr, tmpErr: p.TmpErr, zygoteErr: p.ZygoteErr,
 		cgroup: p.Cgroup, cgErr: p.CgroupErr, ceil: ceilings{v2: p.V2, v1: p.V1}, ceilErr: p.CeilErr,
 	}, network)
 }

@@ -54,6 +54,9 @@ func TestMain(m *testing.M) {
 //	escape-sys  try the system calls the seccomp filter refuses and print
 //	            one JSON object of outcomes
 //	mem-flood   allocate and touch 512 MiB, then print "survived"
+//	fill-tmp    write $CAPSTAN_PROCESS_FILL bytes into $TMPDIR (tmp_test.go)
+//	clean-stop  run children under $CAPSTAN_PROCESS_TMP and stop cleanly
+//	            (leftovers_test.go)
 //	leave-behind start `sleep 60` through a runner with TmpDir
 //	            $CAPSTAN_PROCESS_TMP, print its pid, then wait to be killed
 func helper(mode string) int {
@@ -64,6 +67,10 @@ func helper(mode string) int {
 		return escapeSys()
 	case "leave-behind":
 		return leaveBehind()
+	case "fill-tmp":
+		return fillTmp()
+	case "clean-stop":
+		return cleanStop()
 	case "mem-flood":
 		b := make([]byte, 512<<20)
 		for i := 0; i < len(b); i += 4096 {

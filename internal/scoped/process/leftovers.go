@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -28,7 +29,8 @@ import (
 //     is the process's pid and start time, which /proc tells for a live
 //     process.
 //
-// Sweep removes what belongs to processes that are gone.
+// Sweep removes what belongs to processes that are gone. Release removes
+// what a process that stops cleanly holds.
 
 // owner is this process's identity in the names of its leftovers:
 // "<pid>.<start time in clock ticks since boot>".
@@ -80,26 +82,91 @@ const (
 	legacyAge = 24 * time.Hour
 )
 
-// ownerDirs maps a temp root to this process's owner directory in it.
-var ownerDirs sync.Map // string -> *ownerDir
+// ownerDirs maps a temp root to this process's owner directory in it. A
+// child's TMPDIR is created under the read lock; Release takes the write
+// lock to remove the directories.
+var ownerDirs = struct {
+	sync.RWMutex
+	m map[string]*ownerDir
+}{m: map[string]*ownerDir{}}
 
 type ownerDir struct {
-	once sync.Once
 	path string
-	err  error
-	lock *os.File // kept open and locked for the process's lifetime
+	lock *os.File // kept open and locked until Release
+	// live counts the children's TMPDIRs in it not yet removed; it grows
+	// only under ownerDirs' read lock.
+	live atomic.Int64
 }
 
 // childTmp creates a fresh private TMPDIR for one child under this
-// process's owner directory in root.
-func childTmp(root string) (string, error) {
-	v, _ := ownerDirs.LoadOrStore(root, &ownerDir{})
-	od := v.(*ownerDir)
-	od.once.Do(func() { od.path, od.lock, od.err = makeOwnerDir(root) })
-	if od.err != nil {
-		return "", od.err
+// process's owner directory in root, creating that first when there is
+// none. The caller removes it with removeChildTmp.
+func childTmp(root string) (string, *ownerDir, error) {
+	ownerDirs.RLock()
+	if od := ownerDirs.m[root]; od != nil {
+		defer ownerDirs.RUnlock()
+		return od.mkdir()
 	}
-	return os.MkdirTemp(od.path, "proc-")
+	ownerDirs.RUnlock()
+	ownerDirs.Lock()
+	defer ownerDirs.Unlock()
+	od := ownerDirs.m[root]
+	if od == nil {
+		path, lock, err := makeOwnerDir(root)
+		if err != nil {
+			return "", nil, err
+		}
+		od = &ownerDir{path: path, lock: lock}
+		ownerDirs.m[root] = od
+	}
+	return od.mkdir()
+}
+
+// mkdir creates a child's TMPDIR in od; ownerDirs is locked.
+func (od *ownerDir) mkdir() (string, *ownerDir, error) {
+	od.live.Add(1)
+	tmp, err := os.MkdirTemp(od.path, "proc-")
+	if err != nil {
+		od.live.Add(-1)
+		return "", nil, fmt.Errorf("process: create the child's TMPDIR: %w", err)
+	}
+	return tmp, od, nil
+}
+
+// removeChildTmp removes a child's TMPDIR tmp, made in od by childTmp.
+func removeChildTmp(tmp string, od *ownerDir) error {
+	defer od.live.Add(-1)
+	return os.RemoveAll(tmp)
+}
+
+// Release removes what this process holds for its children: the per-call
+// cgroups kept for reuse (ReleaseIdleCgroups) and its children's temp
+// directories (capstan-worker-<owner>-*, with their lock), so that a
+// process that stops cleanly leaves nothing in the temp directory. A temp
+// directory that still holds the TMPDIR of a child that has not been
+// waited for stays (Sweep removes it after this process is gone); a child
+// started later gets a new one. Failures are logged to log (nil:
+// slog.Default()). The worker calls it when it stops, after its last call.
+func Release(log *slog.Logger) {
+	if log == nil {
+		log = slog.Default()
+	}
+	ReleaseIdleCgroups()
+	ownerDirs.Lock()
+	defer ownerDirs.Unlock()
+	for root, od := range ownerDirs.m {
+		if n := od.live.Load(); n > 0 {
+			log.Warn("process temp dir not removed: children still running", "dir", od.path, "children", n)
+			continue
+		}
+		delete(ownerDirs.m, root)
+		// The lock is removed with the directory, then released: another
+		// worker's Sweep never sees the directory unlocked.
+		if err := removeAll(od.path); err != nil {
+			log.Warn("process temp dir not removed", "dir", od.path, "error", err)
+		}
+		_ = od.lock.Close()
+	}
 }
 
 // makeOwnerDir creates this process's owner directory in root and locks it.

@@ -34,6 +34,60 @@ func leaveBehind() int {
 	select {}
 }
 
+// cleanStop is the helper of TestReleaseLeavesNothing: a worker that runs
+// a child under $CAPSTAN_PROCESS_TMP and stops cleanly (Release), twice,
+// then stops while a child still runs, and again once it ended. It prints
+// how many temp dirs of its own there are while running and after each
+// stop.
+func cleanStop() int {
+	root := os.Getenv(tmpEnv)
+	mine := func() int {
+		dirs, _ := filepath.Glob(filepath.Join(root, "capstan-worker-"+process.Owner()+"-*"))
+		return len(dirs)
+	}
+	r := process.New(grant("true", "sleep"), process.Reach{}, nil, process.Config{TmpDir: root}, nil)
+	for range 2 {
+		if _, err := r.Run(context.Background(), tool.Command{Binary: "true"}); err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		running := mine()
+		process.Release(nil)
+		fmt.Println(running, mine())
+	}
+	ch, err := r.Start(context.Background(), tool.Command{Binary: "sleep", Args: []string{"60"}})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	process.Release(nil)
+	during := mine()
+	_ = ch.Kill()
+	_, _ = ch.Wait()
+	process.Release(nil)
+	fmt.Println(during, mine())
+	return 0
+}
+
+// TestReleaseLeavesNothing: a worker that stops cleanly leaves nothing in
+// the temp directory, and a child started after Release gets a new temp
+// dir (which the next Release removes too). A temp dir that holds a
+// running child's TMPDIR stays until that child was waited for.
+func TestReleaseLeavesNothing(t *testing.T) {
+	t.Parallel()
+	root := realTempDir(t)
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	c := exec.Command(exe)
+	c.Env = []string{helperEnv + "=clean-stop", tmpEnv + "=" + root, "PATH=" + os.Getenv("PATH")}
+	out, err := c.Output()
+	require.NoError(t, err, "helper said %q", out)
+	require.Equal(t, "1 0\n1 0\n1 0\n", string(out), "one temp dir while running, none after each stop")
+	entries, err := os.ReadDir(root)
+	require.NoError(t, err)
+	require.Empty(t, entries)
+}
+
 // TestSweep kills a worker (a helper process) that has a child running:
 // its children's temp dir and cgroups stay behind, with the child still
 // running in them. Sweep at the next start kills the child and removes

@@ -48,6 +48,13 @@
 //     met the memory ceiling ends with a *tool.LimitError ("Process killed:
 //     memory limit <size> reached"); one that met the pids ceiling gets
 //     "pids limit <n> reached" in ProcessResult.LimitsHit.
+//   - Disk. The child's TMPDIR is a tmpfs of the grant's tmp limit in a
+//     mount namespace of its own (with the user namespace; its pages count
+//     against the memory ceiling): writing past it fails with ENOSPC, and
+//     a child that filled it gets "tmp limit <size> reached" in
+//     ProcessResult.LimitsHit. Without a user namespace (SandboxStatus.
+//     TmpLimit) the TMPDIR is an ordinary directory, bounded only by its
+//     file system.
 //   - Killing. The child runs in its own process group and, when cgroup v2
 //     allows it, in its own cgroup created under the worker's cgroup and
 //     entered at clone time (clone3), so nothing the child starts can be
@@ -162,6 +169,7 @@ type Runner struct {
 	landlock  bool
 	seccomp   bool
 	netns     bool
+	tmpfs     bool // each child's TMPDIR is a tmpfs of the tmp limit
 	zygote    bool // confined children start through the zygote
 	network   NetworkMode
 	netnsErr  error    // why there is no network namespace
@@ -202,6 +210,7 @@ func New(g *capability.BinaryGrant, reach Reach, res *Resolver, cfg Config, onDe
 		landlock:  sb.status.Landlock && !cfg.NoLandlock,
 		seccomp:   sb.status.Seccomp && !cfg.NoSeccomp,
 		netns:     sb.status.NetworkNamespace && !cfg.NoNetNS,
+		tmpfs:     sb.status.TmpLimit && !cfg.NoNetNS,
 		zygote:    sb.zygoteErr == nil && !cfg.NoZygote,
 		network:   cfg.Network,
 		netnsErr:  sb.netnsErr,
@@ -300,12 +309,28 @@ func (r *Runner) kill(pgid int, cg *callCgroup) error {
 	return errors.Join(err, killGroup(pgid))
 }
 
-// removeTmp removes the child's TMPDIR, logging a failure (a child can
-// make a directory in it unreadable; Run's result does not depend on it).
-func (r *Runner) removeTmp(ctx context.Context, tmp string) {
-	if err := os.RemoveAll(tmp); err != nil {
+// removeTmp removes the child's TMPDIR, made in od, logging a failure (a
+// child can make a directory in it unreadable; Run's result does not
+// depend on it).
+func (r *Runner) removeTmp(ctx context.Context, tmp string, od *ownerDir) {
+	if err := removeChildTmp(tmp, od); err != nil {
 		r.log.WarnContext(ctx, "process TMPDIR not removed", "error", err)
 	}
+}
+
+// releaseTmpfs reports whether the child's tmpfs (nil: none) is full and
+// closes it, logging a failure to tell (Run's result then names no tmp
+// limit).
+func (r *Runner) releaseTmpfs(ctx context.Context, f *os.File) (full bool) {
+	if f == nil {
+		return false
+	}
+	defer closeFile(f)
+	full, err := launcher.TmpFull(f)
+	if err != nil {
+		r.log.WarnContext(ctx, "process TMPDIR usage unknown", "error", err)
+	}
+	return full
 }
 
 // releaseCgroup empties the call's cgroups and returns them to the pool

@@ -65,7 +65,7 @@ var systemWrite = []string{"/dev/null", "/dev/zero", "/dev/full"}
 // rules (the system files, the trusted PATH, the binary's own directory
 // before and after symlinks (the binary alone when that directory is /),
 // then the call's reach), the namespace, the filter and the cgroup v1
-// directories to join.
+// directories to join, and the tmpfs of tmp.
 func (r *Runner) spec(path, tmp string, net launcher.Net, cgroups []string) launcher.Spec {
 	read := slices.Concat(systemRead, r.resolver.Path())
 	if net != launcher.NetNone {
@@ -81,6 +81,9 @@ func (r *Runner) spec(path, tmp string, net launcher.Net, cgroups []string) laun
 		write = append(write, r.reach.FS.Write...)
 	}
 	s := launcher.Spec{Net: net, NetNS: r.netns, Seccomp: r.seccomp, Cgroups: cgroups}
+	if r.tmpfs {
+		s.Tmp, s.TmpBytes = tmp, r.limits.TmpBytes
+	}
 	if r.landlock {
 		s.Landlock, s.Read, s.Write = true, dedupe(read), dedupe(write)
 	}

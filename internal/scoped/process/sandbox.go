@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -70,6 +71,12 @@ type SandboxStatus struct {
 	// "unconfined" (no namespaces and CAPSTAN_PROCESS_NETWORK=unconfined:
 	// TCP and UDP to any host).
 	ProcessNetwork string `json:"process_network"`
+	// TmpLimit is true when each child's private TMPDIR is a tmpfs of its
+	// own, in a mount namespace of its own, bounded by the call's
+	// process.limits.tmp (writing past it fails with ENOSPC). It needs the
+	// user namespace: without it a child's TMPDIR is bounded only by the
+	// free space of the temp directory's file system.
+	TmpLimit bool `json:"tmp_limit"`
 	// Spawner is what starts confined children: "zygote" (the fork
 	// server of a cgo build) or "launcher" (the worker binary run again
 	// for each child).
@@ -89,8 +96,8 @@ type SandboxStatus struct {
 	// CeilingsCgroup is the cgroup version that enforces them: "v2", or
 	// "v1" on a machine whose controllers are on cgroup v1 hierarchies.
 	CeilingsCgroup string `json:"ceilings_cgroup,omitempty"`
-	// Degraded is true when Confined or CgroupKill is false or a ceiling
-	// does not apply.
+	// Degraded is true when Confined, CgroupKill or TmpLimit is false or a
+	// ceiling does not apply.
 	Degraded bool `json:"degraded"`
 	// Reason says, when Degraded, what is missing, why, and what a child
 	// can then do; empty otherwise.
@@ -109,6 +116,7 @@ func (s SandboxStatus) LogAttrs() []slog.Attr {
 		slog.Bool("seccomp", s.Seccomp),
 		slog.Bool("network_namespace", s.NetworkNamespace),
 		slog.String("process_network", s.ProcessNetwork),
+		slog.Bool("tmp_limit", s.TmpLimit),
 		slog.String("spawner", s.Spawner),
 		slog.Bool("cgroup_kill", s.CgroupKill),
 		slog.String("ceilings", strings.Join(s.Ceilings, ",")),
@@ -147,6 +155,9 @@ type probes struct {
 	// netnsErr: the launcher cannot start in a user and network namespace
 	// of its own and bring its loopback up.
 	netnsErr error
+	// tmpErr: the launcher, in such namespaces, cannot mount a tmpfs in a
+	// mount namespace of its own (only probed when netnsErr is nil).
+	tmpErr error
 	// zygoteErr: confined children start through the launcher, not the
 	// zygote.
 	zygoteErr error
@@ -176,6 +187,9 @@ var probedSandbox = sync.OnceValue(func() *sandbox {
 	} else {
 		p.seccompErr = launcher.Probe(launcher.Spec{Seccomp: true}, nil)
 		p.netnsErr = launcher.Probe(launcher.Spec{NetNS: true, Net: launcher.NetProxy}, launcher.NetNSAttr(&syscall.SysProcAttr{Setpgid: true}))
+		if p.netnsErr == nil {
+			p.tmpErr = probeTmp()
+		}
 	}
 	p.cgroup, p.cgErr = ownCgroup()
 	if p.cgErr == nil {
@@ -185,6 +199,17 @@ var probedSandbox = sync.OnceValue(func() *sandbox {
 	p.zygoteErr = probeZygote(p)
 	return &sandbox{probes: p, status: newStatus(p, NetworkConfined)}
 })
+
+// probeTmp starts a launcher that mounts a small tmpfs in its own mount
+// namespace, over the temp directory (only the launcher sees it there).
+func probeTmp() error {
+	return launcher.Probe(tmpProbeSpec(), launcher.MountNSAttr(launcher.NetNSAttr(&syscall.SysProcAttr{Setpgid: true})))
+}
+
+// tmpProbeSpec is the tmpfs the probes mount: 1 MiB over the temp dir.
+func tmpProbeSpec() launcher.Spec {
+	return launcher.Spec{NetNS: true, Tmp: filepath.Clean(os.TempDir()), TmpBytes: 1 << 20}
+}
 
 // Sandbox returns the confinement the runners of this process give their
 // children with the default network mode (unless a runner's Config turns
@@ -216,6 +241,7 @@ func newStatus(p probes, network NetworkMode) SandboxStatus {
 	s.Landlock = p.abiErr == nil && p.abi > 0
 	s.Seccomp = p.seccompErr == nil
 	s.NetworkNamespace = p.netnsErr == nil
+	s.TmpLimit = s.NetworkNamespace && p.tmpErr == nil
 	switch {
 	case s.NetworkNamespace:
 		s.ProcessNetwork = "proxy"
@@ -254,6 +280,12 @@ func newStatus(p probes, network NetworkMode) SandboxStatus {
 			what = "children of calls with network use TCP and UDP to any host, loopback and the NATS server included (CAPSTAN_PROCESS_NETWORK=unconfined)"
 		}
 		reasons = append(reasons, fmt.Sprintf("no user and network namespace for children (%v): %s", p.netnsErr, what))
+	}
+	switch {
+	case !s.NetworkNamespace:
+		reasons = append(reasons, "no tmp limit without a user namespace: a child's TMPDIR is not bounded by process.limits.tmp and can fill the temp directory's file system")
+	case !s.TmpLimit:
+		reasons = append(reasons, fmt.Sprintf("no tmp limit (%v): a child's TMPDIR is not bounded by process.limits.tmp and can fill the temp directory's file system", p.tmpErr))
 	}
 	if !s.CgroupKill {
 		reasons = append(reasons, fmt.Sprintf("no cgroup v2 kill (%v): a descendant that leaves the child's process group (setsid) can outlive its call", p.cgErr))

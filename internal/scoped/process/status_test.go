@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,6 +28,7 @@ func TestNewStatus(t *testing.T) {
 	all := []string{"memory", "pids", "cpu"}
 	const (
 		escapes  = "no cgroup v2 kill (create a cgroup under /sys/fs/cgroup: permission denied): a descendant that leaves the child's process group (setsid) can outlive its call"
+		noTmp    = "no tmp limit without a user namespace: a child's TMPDIR is not bounded by process.limits.tmp and can fill the temp directory's file system"
 		refused  = "no user and network namespace for children (network: loopback: bring up: operation not permitted): calls whose process grant includes network are refused (CAPSTAN_PROCESS_NETWORK=unconfined lets them use any host)"
 		anyHost  = "no user and network namespace for children (network: loopback: bring up: operation not permitted): children of calls with network use TCP and UDP to any host, loopback and the NATS server included (CAPSTAN_PROCESS_NETWORK=unconfined)"
 		filter   = "no seccomp filter (seccomp: install the filter: invalid argument): children can open multipath TCP, raw and packet sockets and use ptrace, bpf, io_uring and namespaces as far as the kernel lets their user"
@@ -44,7 +46,7 @@ func TestNewStatus(t *testing.T) {
 	}{
 		{
 			name: "everything", probes: full,
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote", Confined: true,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", TmpLimit: true, Spawner: "zygote", Confined: true,
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Unrestricted: []string{unixSock, udp}},
 		},
 		{
@@ -52,55 +54,62 @@ func TestNewStatus(t *testing.T) {
 				p.V2 = nil
 				p.V1 = map[string]string{"memory": "/m", "pids": "/p", "cpu": "/c"}
 			}),
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote", Confined: true,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", TmpLimit: true, Spawner: "zygote", Confined: true,
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v1", Unrestricted: []string{unixSock, udp}},
 		},
 		{
 			name: "no user namespaces: network refused, still confined", probes: with(func(p *process.Probes) { p.NetErr = noUserNS }),
 			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, ProcessNetwork: "refused", Spawner: "zygote", Confined: true,
-				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: refused, Unrestricted: []string{unixSock, udp}},
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: refused + "; " + noTmp, Unrestricted: []string{unixSock, udp}},
 		},
 		{
 			name: "no user namespaces, network unconfined: not confined", probes: with(func(p *process.Probes) { p.NetErr = noUserNS }), network: process.NetworkUnconfined,
 			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, ProcessNetwork: "unconfined", Spawner: "zygote",
-				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: anyHost, Unrestricted: []string{unixSock, udp}},
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: anyHost + "; " + noTmp, Unrestricted: []string{unixSock, udp}},
 		},
 		{
 			name: "unconfined mode changes nothing with namespaces", probes: full, network: process.NetworkUnconfined,
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote", Confined: true,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", TmpLimit: true, Spawner: "zygote", Confined: true,
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Unrestricted: []string{unixSock, udp}},
 		},
 		{
+			name: "no tmpfs in the user namespace", probes: with(func(p *process.Probes) { p.TmpErr = errors.New("tmp: mount a tmpfs on /tmp: operation not permitted") }),
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote", Confined: true,
+				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true,
+				Reason:       "no tmp limit (tmp: mount a tmpfs on /tmp: operation not permitted): a child's TMPDIR is not bounded by process.limits.tmp and can fill the temp directory's file system",
+				Unrestricted: []string{unixSock, udp}},
+		},
+		{
 			name: "no seccomp", probes: with(func(p *process.Probes) { p.SeccompErr = noSeccomp }),
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote",
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, NetworkNamespace: true, ProcessNetwork: "proxy", TmpLimit: true, Spawner: "zygote",
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: filter, Unrestricted: []string{unixSock, udp}},
 		},
 		{
 			name: "ABI 2 is below the minimum", probes: with(func(p *process.Probes) { p.ABI = 2 }),
-			want: process.SandboxStatus{LandlockABI: 2, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote",
+			want: process.SandboxStatus{LandlockABI: 2, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", TmpLimit: true, Spawner: "zygote",
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true,
 				Reason:       "Landlock ABI 2 is below 3: children's files are confined but these are not restricted: file truncation (ABI 3)",
 				Unrestricted: []string{"file truncation (ABI 3)", "TCP bind and connect (ABI 4)", "device ioctls (ABI 5)", "signals and abstract unix sockets to processes outside the sandbox (ABI 6)", unixSock, udp}},
 		},
 		{
 			name: "ABI 11", probes: with(func(p *process.Probes) { p.ABI = 11 }),
-			want: process.SandboxStatus{LandlockABI: 11, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote", Confined: true,
+			want: process.SandboxStatus{LandlockABI: 11, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", TmpLimit: true, Spawner: "zygote", Confined: true,
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2"},
 		},
 		{
 			name: "no Landlock", probes: with(func(p *process.Probes) { p.ABI, p.ABIErr = 0, noLandlock }),
-			want: process.SandboxStatus{Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote",
+			want: process.SandboxStatus{Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", TmpLimit: true, Spawner: "zygote",
 				CgroupKill: true, Cgroup: "/sys/fs/cgroup/w", Ceilings: all, CeilingsCgroup: "v2", Degraded: true, Reason: noFiles},
 		},
 		{
 			name: "no cgroup, no ceilings", probes: with(func(p *process.Probes) { p.CgroupErr, p.V2, p.CeilErr = noCgroup, nil, noCeil }),
-			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", Spawner: "zygote", Confined: true,
+			want: process.SandboxStatus{LandlockABI: 7, Landlock: true, Seccomp: true, NetworkNamespace: true, ProcessNetwork: "proxy", TmpLimit: true, Spawner: "zygote", Confined: true,
 				Ceilings: []string{}, Degraded: true, Reason: escapes + "; " + noCeil.Error(), Unrestricted: []string{unixSock, udp}},
 		},
 		{
 			name: "nothing", probes: process.Probes{ABIErr: noLandlock, SeccompErr: noSeccomp, NetErr: noUserNS, ZygoteErr: errors.New("built without cgo"), CgroupErr: noCgroup, CeilErr: noCeil},
 			want: process.SandboxStatus{ProcessNetwork: "refused", Spawner: "launcher", Ceilings: []string{}, Degraded: true,
-				Reason: strings.Join([]string{noFiles, filter, refused, escapes, noCeil.Error()}, "; ")},
+				Reason: strings.Join([]string{noFiles, filter, refused, noTmp, escapes, noCeil.Error()}, "; ")},
 		},
 	}
 	for _, tt := range tests {
@@ -122,17 +131,18 @@ func TestSandboxStatusLog(t *testing.T) {
 			name:   "complete",
 			status: process.NewStatus(process.Probes{ABI: 7, Cgroup: "/sys/fs/cgroup/w", V2: []string{"memory", "pids"}, CeilErr: errors.New("no cpu ceiling")}, ""),
 			want: map[string]any{"level": "WARN", "msg": "process sandbox", "confined": true, "landlock_abi": 7.0, "seccomp": true, "network_namespace": true,
-				"process_network": "proxy", "spawner": "zygote", "cgroup_kill": true, "cgroup": "/sys/fs/cgroup/w", "ceilings": "memory,pids", "ceilings_cgroup": "v2",
+				"process_network": "proxy", "tmp_limit": true, "spawner": "zygote", "cgroup_kill": true, "cgroup": "/sys/fs/cgroup/w", "ceilings": "memory,pids", "ceilings_cgroup": "v2",
 				"reason": "no cpu ceiling", "unrestricted": "connecting to pathname unix sockets (ABI 9), UDP (ABI 10)"},
 		},
 		{
 			name:   "degraded",
 			status: process.NewStatus(process.Probes{ABIErr: syscall.ENOSYS, SeccompErr: syscall.ENOSYS, NetErr: syscall.EPERM, ZygoteErr: syscall.ENOSYS, CgroupErr: errors.New("no cgroup"), CeilErr: errors.New("no ceilings apply")}, ""),
 			want: map[string]any{"level": "WARN", "msg": "process sandbox", "confined": false, "landlock_abi": 0.0, "seccomp": false, "network_namespace": false,
-				"process_network": "refused", "spawner": "launcher", "cgroup_kill": false, "ceilings": "",
+				"process_network": "refused", "tmp_limit": false, "spawner": "launcher", "cgroup_kill": false, "ceilings": "",
 				"reason": "Landlock is not available (function not implemented): children's files are not confined and they read and write whatever the worker's OS user can; " +
 					"no seccomp filter (function not implemented): children can open multipath TCP, raw and packet sockets and use ptrace, bpf, io_uring and namespaces as far as the kernel lets their user; " +
 					"no user and network namespace for children (operation not permitted): calls whose process grant includes network are refused (CAPSTAN_PROCESS_NETWORK=unconfined lets them use any host); " +
+					"no tmp limit without a user namespace: a child's TMPDIR is not bounded by process.limits.tmp and can fill the temp directory's file system; " +
 					"no cgroup v2 kill (no cgroup): a descendant that leaves the child's process group (setsid) can outlive its call; no ceilings apply"},
 		},
 	}
@@ -178,6 +188,13 @@ func TestSandboxProbe(t *testing.T) {
 	netns := launcher.Probe(launcher.Spec{NetNS: true}, launcher.NetNSAttr(nil))
 	require.Equal(t, netns == nil, s.NetworkNamespace, "probe: %v", netns)
 	require.Equal(t, s.Landlock && abi >= process.MinConfinedABI && s.Seccomp && s.NetworkNamespace, s.Confined)
+	if s.NetworkNamespace {
+		tmp := launcher.Probe(launcher.Spec{NetNS: true, Tmp: filepath.Clean(os.TempDir()), TmpBytes: 1 << 20}, launcher.MountNSAttr(launcher.NetNSAttr(nil)))
+		require.Equal(t, tmp == nil, s.TmpLimit, "probe: %v", tmp)
+	} else {
+		require.False(t, s.TmpLimit, "no tmp limit without a user namespace")
+		require.Contains(t, s.Reason, "no tmp limit")
+	}
 	require.Equal(t, s.Degraded, s.Reason != "")
 	if s.CgroupKill {
 		fi, err := os.Stat(s.Cgroup)

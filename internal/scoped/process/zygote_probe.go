@@ -15,8 +15,8 @@ import (
 const probeBinary = "/capstan-zygote-probe/does-not-exist"
 
 // probeZygote checks that the zygote confines a child with everything the
-// launcher probes found (cgroups aside): the child must reach execve and
-// report ENOENT there. nil means confined children start through it.
+// launcher probes found (cgroups aside; the tmpfs too when the launcher
+// could mount one): the child must reach execve and report ENOENT there. nil means confined children start through it.
 func probeZygote(p probes) error {
 	if !zygote.Available() {
 		return errors.New("this binary was built without cgo")
@@ -24,6 +24,10 @@ func probeZygote(p probes) error {
 	spec := launcher.Spec{Landlock: p.abiErr == nil, Seccomp: p.seccompErr == nil, NetNS: p.netnsErr == nil}
 	if spec.NetNS {
 		spec.Net = launcher.NetProxy
+	}
+	if spec.NetNS && p.tmpErr == nil {
+		t := tmpProbeSpec()
+		spec.Tmp, spec.TmpBytes = t.Tmp, t.TmpBytes
 	}
 	ours, theirs, err := launcher.Channel()
 	if err != nil {
@@ -38,13 +42,18 @@ func probeZygote(p probes) error {
 	req := zygote.Request{
 		Path: probeBinary, Argv: []string{"probe"}, Dir: "/",
 		NetNS: spec.NetNS, Proxy: spec.Net == launcher.NetProxy, UID: os.Geteuid(), GID: os.Getegid(), ProxyPort: launcher.ProxyPort,
-		Status: theirs, Stdin: null, Stdout: null, Stderr: null,
+		Tmp: spec.Tmp, TmpBytes: spec.TmpBytes, Status: theirs, Stdin: null, Stdout: null, Stderr: null,
 	}
 	if spec.Landlock {
 		if req.Ruleset, err = launcher.Ruleset(spec); err != nil {
 			return err
 		}
 		defer closeAll(req.Ruleset)
+		if spec.Tmp != "" {
+			if req.TmpAccess, err = launcher.TmpAccess(); err != nil {
+				return err
+			}
+		}
 	}
 	if spec.Seccomp {
 		if req.Filter, err = launcher.Filter(true); err != nil {
@@ -59,8 +68,8 @@ func probeZygote(p probes) error {
 	if proc, err := os.FindProcess(pid); err == nil {
 		defer func() { _, _ = proc.Wait() }()
 	}
-	l, err := launcher.Await(ours)
-	closeFile(l)
+	files, err := launcher.AwaitFiles(ours)
+	files.Close()
 	var le *launcher.Error
 	switch {
 	case errors.As(err, &le) && le.Step == "exec "+probeBinary && errors.Is(err, syscall.ENOENT):

@@ -160,6 +160,20 @@ func TestRunProcessCeilings(t *testing.T) {
 		_, err := call(t, shell.RunProcess(), jsonArgs(t, map[string]any{"binary": "bash", "args": []string{"-c", script}}), tc)
 		require.EqualError(t, err, "Process killed: memory limit 64MiB reached")
 	})
+	t.Run("tmp", func(t *testing.T) {
+		t.Parallel()
+		if s := process.Sandbox(); !s.TmpLimit {
+			t.Skipf("needs the tmp limit (user and mount namespaces); this machine: %s", s.Reason)
+		}
+		g := &capability.BinaryGrant{Declared: []string{"*"}, Limits: capability.ProcessLimits{TmpBytes: 1 << 20, TmpText: "1MiB"}}
+		tc := &tool.Context{Process: process.New(g, process.Reach{}, resolver, process.Config{}, nil)}
+		script := `head -c 2097152 /dev/zero > "$TMPDIR/f"; echo exit $?`
+		got := mustExec(t, shell.RunProcess(), jsonArgs(t, map[string]any{"binary": "bash", "args": []string{"-c", script}}), tc)
+		require.True(t, got.OK, "%+v", got)
+		require.Contains(t, got.Value, "No space left on device")
+		require.True(t, strings.HasSuffix(got.Value, "\n--- limits ---\ntmp limit 1MiB reached"), got.Value)
+		require.Equal(t, []string{"tmp limit 1MiB reached"}, got.Structured["limits_hit"])
+	})
 	t.Run("terminal shows the pids ceiling", func(t *testing.T) {
 		t.Parallel()
 		tc := &tool.Context{Process: limited(t, "pids", "bash")}

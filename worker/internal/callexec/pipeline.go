@@ -14,6 +14,7 @@ import (
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
+	"github.com/capstanhq/capstan/worker/internal/diskguard"
 	"github.com/capstanhq/capstan/worker/internal/lease"
 	"github.com/capstanhq/capstan/worker/internal/observe"
 	"github.com/capstanhq/capstan/worker/internal/toolset"
@@ -86,7 +87,7 @@ func (e *Executor) admit(traceCtx context.Context, call *protocol.Call, r *cance
 		return refusal(call, ref)
 	}
 	pid := cmp.Or(call.PersonalityID, s.cfg.DefaultPersonality)
-	p, err := s.policies.Get(pid)
+	p, err := s.policies.Current(ctx, pid)
 	if err != nil {
 		return refuse(call, protocol.DecisionPersonality, protocol.CodeNotAvailable, err.Error())
 	}
@@ -101,17 +102,8 @@ func (e *Executor) admit(traceCtx context.Context, call *protocol.Call, r *cance
 		return refuse(call, protocol.DecisionAvailable, protocol.CodeNotAvailable, "Tool "+call.Tool+" is not currently available")
 	}
 	// 7. Fleet-wide rate limit.
-	if lim, ok := p.RateLimits[call.Tool]; ok {
-		dec, err := s.limiter.Allow(ctx, p.ID, call.Tool, lim.Requests, lim.Window)
-		if err != nil {
-			return outcome{infra: err}
-		}
-		if !dec.Allowed {
-			o := refuse(call, protocol.DecisionRateLimit, protocol.CodeNotAvailable,
-				ratelimit.Message(call.Tool, lim.Requests, lim.WindowText, p.ID, dec.RetryAfter))
-			o.result.RetryAfterMS = dec.RetryAfter.Milliseconds()
-			return o
-		}
+	if o, stop := rateLimit(ctx, s.limiter, call, p); stop {
+		return o
 	}
 	// 8. Arguments; 9. capabilities: registration-time validation against
 	// this personality, fail-closed backends, resolution.
@@ -128,11 +120,38 @@ func (e *Executor) admit(traceCtx context.Context, call *protocol.Call, r *cance
 	if msg := s.processNetworkRefused(grant); msg != "" {
 		return refuse(call, protocol.DecisionCapability, protocol.CodeNotAvailable, msg)
 	}
+	if !call.DryRun && diskguard.Needed(grant) {
+		// Hand back: a worker with space, or this one later, runs it.
+		if err := s.disk.Low(); err != nil {
+			return outcome{infra: err}
+		}
+	}
 	if grant.FS != nil {
 		tc.WorkingDir = grant.FS.WorkingDir
 	}
 	a.h, a.tc, a.grant = h, tc, grant
 	return outcome{}
+}
+
+// rateLimit is gate 7, the fleet-wide rate limit of p for the call's tool:
+// stop is true with the refusal (or the infrastructure fault) when the call
+// may not run now.
+func rateLimit(ctx context.Context, limiter Limiter, call *protocol.Call, p *capability.Personality) (o outcome, stop bool) {
+	lim, ok := p.RateLimits[call.Tool]
+	if !ok {
+		return outcome{}, false
+	}
+	dec, err := limiter.Allow(ctx, p.ID, call.Tool, lim.Requests, lim.Window)
+	if err != nil {
+		return outcome{infra: err}, true
+	}
+	if !dec.Allowed {
+		o := refuse(call, protocol.DecisionRateLimit, protocol.CodeNotAvailable,
+			ratelimit.Message(call.Tool, lim.Requests, lim.WindowText, p.ID, dec.RetryAfter))
+		o.result.RetryAfterMS = dec.RetryAfter.Milliseconds()
+		return o, true
+	}
+	return outcome{}, false
 }
 
 // runTool takes an admitted call through steps 10 to 15: dry run, or execution

@@ -91,9 +91,17 @@ type MCP interface {
 	SendTo(name string, g *capability.Grant) error
 }
 
-// Policies looks up a personality (the policy watch).
+// Policies looks up a personality (the policy watch, read through on a
+// miss).
 type Policies interface {
-	Get(id string) (*capability.Personality, error)
+	Current(ctx context.Context, id string) (*capability.Personality, error)
+}
+
+// Disk holds back calls that need disk while the data directory's file
+// system is short of space.
+type Disk interface {
+	// Low is the reason to hand a call that needs disk back, or nil.
+	Low() error
 }
 
 // Limiter is the fleet-wide rate limit.
@@ -162,6 +170,7 @@ type Deps struct {
 	Tools    Tools
 	MCP      MCP
 	Policies Policies
+	Disk     Disk
 	Limiter  Limiter
 	Book     Book
 	Leases   Leases
@@ -202,6 +211,7 @@ type Services struct {
 	tools          Tools
 	mcp            MCP
 	policies       Policies
+	disk           Disk
 	limiter        Limiter
 	book           Book
 	leases         Leases
@@ -224,7 +234,7 @@ type Services struct {
 
 // New returns the services of d.
 func New(d Deps) *Services {
-	s := &Services{cfg: d.Settings, names: d.Names, bus: d.Bus, tools: d.Tools, mcp: d.MCP, policies: d.Policies,
+	s := &Services{cfg: d.Settings, names: d.Names, bus: d.Bus, tools: d.Tools, mcp: d.MCP, policies: d.Policies, disk: d.Disk,
 		limiter: d.Limiter, book: d.Book, leases: d.Leases, timing: d.Timing, audits: d.Audits, failures: d.Failures,
 		backends: d.Backends, secrets: d.Secrets, networkRefused: d.NetworkRefused, obs: d.Obs, reducers: d.Reducers,
 		runners: d.Runners, log: d.Log, execBase: d.ExecBase, ops: d.Ops, sendResult: d.SendResult, blobsOn: d.BlobsOn,

@@ -8,10 +8,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -81,6 +83,16 @@ func main() {
 				return nil, nil, ctx.Err()
 			}
 		})
+	mcp.AddTool(s, &mcp.Tool{Name: "hang", Description: "Blocks the whole server for good, like a single-threaded server stuck in a call."},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ empty) (*mcp.CallToolResult, any, error) {
+			if tok := req.Params.GetProgressToken(); tok != nil {
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Message: "hanging"})
+			}
+			log.Print("hanging on request")
+			freeze.Do(func() { close(frozen) })
+			hold()
+			return nil, nil, nil
+		})
 	mcp.AddTool(s, &mcp.Tool{Name: "crash", Description: "Exits at once with status 3."},
 		func(context.Context, *mcp.CallToolRequest, empty) (*mcp.CallToolResult, any, error) {
 			log.Print("crashing on request")
@@ -114,9 +126,49 @@ func main() {
 			s.RemoveTools(in.Name)
 			return text("removed " + in.Name), nil, nil
 		})
-	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+	// The server's own reads and writes stop once it hangs: the Go SDK
+	// serves calls concurrently, so without this it would still answer.
+	t := &mcp.IOTransport{Reader: gated{os.Stdin}, Writer: gatedWriter{os.Stdout}}
+	if err := s.Run(context.Background(), t); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// frozen is closed by the hang tool: from then on the server reads no
+// request and writes no answer.
+var (
+	frozen = make(chan struct{})
+	freeze sync.Once
+)
+
+// hold blocks for good once the server hangs (sleeping, so that the
+// runtime never sees a deadlock and exits).
+func hold() {
+	select {
+	case <-frozen:
+		for {
+			time.Sleep(time.Hour)
+		}
+	default:
+	}
+}
+
+// gated is the server's input: what arrives after the server hangs is
+// never handed on.
+type gated struct{ io.ReadCloser }
+
+func (g gated) Read(p []byte) (int, error) {
+	n, err := g.ReadCloser.Read(p)
+	hold()
+	return n, err
+}
+
+// gatedWriter is the server's output: nothing is written once it hangs.
+type gatedWriter struct{ io.WriteCloser }
+
+func (g gatedWriter) Write(p []byte) (int, error) {
+	hold()
+	return g.WriteCloser.Write(p)
 }
 
 func text(s string) *mcp.CallToolResult {

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// confine applies s to this process (steps 1 to 5 of the package comment).
+// confine applies s to this process (steps 1 to 6 of the package comment).
 // It returns the failed step's name with the error.
 func confine(s Spec, status int) (step string, err error) {
 	for _, dir := range s.Cgroups {
@@ -28,6 +28,11 @@ func confine(s Spec, status int) (step string, err error) {
 			return "network", err
 		}
 	}
+	if s.Tmp != "" {
+		if err := mountTmp(s.Tmp, s.TmpBytes, status); err != nil {
+			return "tmp", err
+		}
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return "capabilities", fmt.Errorf("set no_new_privs: %w", err)
 	}
@@ -35,6 +40,11 @@ func confine(s Spec, status int) (step string, err error) {
 		return "capabilities", err
 	}
 	if s.Landlock {
+		if s.Tmp != "" {
+			if err := addTmpRule(rulesetFD, s.Tmp); err != nil {
+				return "landlock", err
+			}
+		}
 		if err := restrictSelf(rulesetFD); err != nil {
 			return "landlock", err
 		}
@@ -101,14 +111,19 @@ func sendListener(status int) error {
 	if err := unix.Listen(fd, 128); err != nil {
 		return fmt.Errorf("proxy listener: %w", err)
 	}
-	b, err := json.Marshal(message{Listener: true})
-	if err != nil {
-		return err
-	}
-	if err := unix.Sendmsg(status, b, unix.UnixRights(fd), nil, 0); err != nil {
+	if err := sendFD(status, message{Listener: true}, fd); err != nil {
 		return fmt.Errorf("proxy listener: send: %w", err)
 	}
 	return nil
+}
+
+// sendFD sends m with the descriptor fd on status.
+func sendFD(status int, m message, fd int) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return unix.Sendmsg(status, b, unix.UnixRights(fd), nil, 0)
 }
 
 // Securebits (linux/securebits.h).

@@ -133,6 +133,38 @@ func Ruleset(s Spec) (*os.File, error) {
 	return rs, nil
 }
 
+// TmpAccess returns the Landlock rights of a writable hierarchy at the
+// running kernel's ABI, which a child whose TMPDIR is a tmpfs gives the
+// tmpfs's root in its ruleset before restricting itself: the rule of the
+// TMPDIR directory does not cover the tmpfs mounted over it (Landlock
+// skips a mount point's own rules on its way up). Without Landlock it
+// fails.
+func TmpAccess() (uint64, error) {
+	abi, err := ABI()
+	if err != nil {
+		return 0, err
+	}
+	return (readRights | writeRights) & uint64(presets[min(abi, len(presets))-1].HandledAccessFS), nil
+}
+
+// addTmpRule adds to the ruleset rs the rule that lets the child use the
+// tmpfs mounted on dir (TmpAccess).
+func addTmpRule(rs int, dir string) error {
+	rights, err := TmpAccess()
+	if err != nil {
+		return err
+	}
+	pfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the tmpfs on %s: %w", dir, err)
+	}
+	defer unix.Close(pfd)
+	if err := ll.LandlockAddPathBeneathRule(rs, &ll.PathBeneathAttr{AllowedAccess: rights, ParentFd: pfd}, 0); err != nil {
+		return fmt.Errorf("landlock rule for the tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
 // restrictSelf confines the calling thread, and what it executes, to the
 // ruleset rs (Ruleset). The thread's no_new_privs bit must be set.
 func restrictSelf(rs int) error {

@@ -17,20 +17,27 @@
 //     127.0.0.1:ProxyPort inside the namespace and sends that listening
 //     socket to the runner over the status channel (the runner serves the
 //     call's egress proxy on it);
-//  3. sets no_new_privs and drops every capability (bounding, ambient,
+//  3. when the Spec bounds the child's TMPDIR (Spec.Tmp; the runner then
+//     also starts the launcher in a mount namespace of its own,
+//     MountNSAttr), makes every mount a slave of the host's, mounts a
+//     tmpfs of Spec.TmpBytes over the TMPDIR and sends a descriptor of its
+//     root to the runner over the status channel (TmpFull tells from it,
+//     after the child exited, whether the child filled it);
+//  4. sets no_new_privs and drops every capability (bounding, ambient,
 //     permitted, effective and inheritable sets; securebits keep a root
 //     child from regaining them at execve);
-//  4. applies the Spec's Landlock ruleset, which the runner built
-//     (Ruleset) and passed as descriptor 4;
-//  5. installs the seccomp filter (Filter);
-//  6. execve(2)s the binary with the environment it was given.
+//  5. applies the Spec's Landlock ruleset, which the runner built
+//     (Ruleset) and passed as descriptor 4, with a rule for the tmpfs of
+//     step 3 added (TmpAccess);
+//  6. installs the seccomp filter (Filter);
+//  7. execve(2)s the binary with the environment it was given.
 //
 // So the binary starts confined and shares no Go runtime state with the
 // worker. When any step fails the launcher writes the error to the status
 // channel and exits with status 126 (127 when the binary does not exist);
 // the runner reads the channel with Await. With argv[1] "check" the
 // launcher exits 0 at once (Check); with argv[1] "probe" and argv[2] a Spec
-// it runs steps 1 to 5 and exits 0 (Probe), which tells the runner whether
+// it runs steps 1 to 6 and exits 0 (Probe), which tells the runner whether
 // this machine allows them.
 //
 // Importing this package installs the hook: an init function that, in
@@ -133,6 +140,12 @@ type Spec struct {
 	// Cgroups lists cgroup v1 directories the launcher joins first, so the
 	// child and everything it starts is under their limits.
 	Cgroups []string `json:"cgroups,omitempty"`
+	// Tmp, when set, is the child's private TMPDIR, which the launcher
+	// turns into a tmpfs of TmpBytes bytes (at least one page) in a mount
+	// namespace of its own: writing past it fails with ENOSPC. It needs
+	// NetNS (the user namespace) and the runner's MountNSAttr.
+	Tmp      string `json:"tmp,omitempty"`
+	TmpBytes int64  `json:"tmp_bytes,omitempty"`
 }
 
 // validate reports a Spec the launcher would refuse.
@@ -145,6 +158,17 @@ func (s Spec) validate() error {
 			if err := checkPath(p); err != nil {
 				return err
 			}
+		}
+	}
+	if s.Tmp != "" || s.TmpBytes != 0 {
+		if err := checkPath(s.Tmp); err != nil {
+			return fmt.Errorf("tmp %w", err)
+		}
+		if s.TmpBytes <= 0 {
+			return fmt.Errorf("tmp size %d must be positive", s.TmpBytes)
+		}
+		if !s.NetNS {
+			return errors.New("tmp needs a user namespace")
 		}
 	}
 	switch s.Net {
@@ -320,6 +344,14 @@ func NetNSAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
 	return attr
 }
 
+// MountNSAttr adds a new mount namespace to attr, which must already ask
+// for a user namespace (NetNSAttr): the launcher of a Spec with Tmp
+// mounts the child's tmpfs there.
+func MountNSAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
+	attr.Cloneflags |= syscall.CLONE_NEWNS
+	return attr
+}
+
 // maxMessage bounds one status message.
 const maxMessage = 64 << 10
 
@@ -327,19 +359,53 @@ const maxMessage = 64 << 10
 type message struct {
 	// Listener marks the record that carries the proxy's listening socket.
 	Listener bool `json:"listener,omitempty"`
+	// Tmp marks the record that carries the root of the child's tmpfs.
+	Tmp bool `json:"tmp,omitempty"`
 	// Error is set on a failure record.
 	*Error
 }
 
-// Await reads the status channel of a started launcher until the launcher
-// executed its binary or failed, and closes ours. It returns the listening
-// socket of the egress proxy when the launcher sent one (Spec.Net ==
-// NetProxy; the caller owns it), and nil when the binary was executed (the
-// channel closed on exec without a failure record) or the launcher's
-// error: an *Error, which wraps the syscall.Errno it failed with, if any.
-// On an error the listener, if any, is closed.
+// Files are the descriptors a launcher (or the zygote's child) hands the
+// runner before it executes the binary; the caller owns them.
+type Files struct {
+	// Listener is the egress proxy's listening socket (Spec.Net ==
+	// NetProxy), nil otherwise.
+	Listener *os.File
+	// Tmp is an O_PATH descriptor of the root of the child's tmpfs TMPDIR
+	// (Spec.Tmp), nil otherwise. It keeps the tmpfs, and the memory it
+	// holds, alive until it is closed.
+	Tmp *os.File
+}
+
+// Close closes the descriptors that are set.
+func (f Files) Close() {
+	closeFile(f.Listener)
+	closeFile(f.Tmp)
+}
+
+// Await is AwaitFiles for a caller that wants the proxy's listener alone:
+// it closes the tmpfs descriptor, if one came.
 func Await(ours *os.File) (listener *os.File, err error) {
+	f, err := AwaitFiles(ours)
+	closeFile(f.Tmp)
+	return f.Listener, err
+}
+
+// AwaitFiles reads the status channel of a started launcher until the
+// launcher executed its binary or failed, and closes ours. It returns the
+// descriptors the launcher sent (each at most once, in any order) when the
+// binary was executed (the channel closed on exec without a failure
+// record), or the launcher's error: an *Error, which wraps the
+// syscall.Errno it failed with, if any. On an error every descriptor
+// received is closed.
+func AwaitFiles(ours *os.File) (_ Files, err error) {
 	defer ours.Close()
+	var got Files
+	defer func() {
+		if err != nil {
+			got.Close()
+		}
+	}()
 	buf := make([]byte, maxMessage)
 	oob := make([]byte, unix.CmsgSpace(4))
 	for {
@@ -348,33 +414,31 @@ func Await(ours *os.File) (listener *os.File, err error) {
 			continue
 		}
 		if rerr != nil {
-			closeFile(listener)
-			return nil, fmt.Errorf("launcher: read status: %w", rerr)
+			return Files{}, fmt.Errorf("launcher: read status: %w", rerr)
 		}
 		if n == 0 && oobn == 0 {
-			return listener, nil // closed on exec
+			return got, nil // closed on exec
 		}
 		fds, ferr := rights(oob[:oobn])
 		var m message
 		if jerr := json.Unmarshal(buf[:n], &m); jerr != nil || ferr != nil {
 			closeFDs(fds)
-			closeFile(listener)
-			return nil, fmt.Errorf("launcher: unreadable status %q", buf[:min(n, 256)])
+			return Files{}, fmt.Errorf("launcher: unreadable status %q", buf[:min(n, 256)])
 		}
 		switch {
 		case m.Error != nil:
 			closeFDs(fds)
-			closeFile(listener)
 			if m.Error.Message == "" && m.Error.Errno != 0 {
 				m.Error.Message = syscall.Errno(m.Error.Errno).Error()
 			}
-			return nil, m.Error
-		case m.Listener && len(fds) == 1 && listener == nil:
-			listener = os.NewFile(uintptr(fds[0]), "egress-listener")
+			return Files{}, m.Error
+		case m.Listener && !m.Tmp && len(fds) == 1 && got.Listener == nil:
+			got.Listener = os.NewFile(uintptr(fds[0]), "egress-listener")
+		case m.Tmp && !m.Listener && len(fds) == 1 && got.Tmp == nil:
+			got.Tmp = os.NewFile(uintptr(fds[0]), "child-tmpfs")
 		default:
 			closeFDs(fds)
-			closeFile(listener)
-			return nil, fmt.Errorf("launcher: unexpected status %q with %d descriptors", buf[:min(n, 256)], len(fds))
+			return Files{}, fmt.Errorf("launcher: unexpected status %q with %d descriptors", buf[:min(n, 256)], len(fds))
 		}
 	}
 }
@@ -414,8 +478,8 @@ func closeFile(f *os.File) {
 
 // Error is a launcher's failure, as Await returns it.
 type Error struct {
-	// Step is what failed: "spec", "cgroup", "network", "capabilities",
-	// "landlock", "seccomp" or "exec <path>".
+	// Step is what failed: "spec", "cgroup", "network", "tmp",
+	// "capabilities", "landlock", "seccomp" or "exec <path>".
 	Step string `json:"step"`
 	// Message is the error's text.
 	Message string `json:"message"`
@@ -465,7 +529,7 @@ func Check(attr *syscall.SysProcAttr) error {
 }
 
 // Probe starts a launcher with attr that applies s (everything but the
-// execve: cgroups, network, capabilities, Landlock, seccomp) and exits,
+// execve: cgroups, network, tmpfs, capabilities, Landlock, seccomp) and exits,
 // and waits for it: nil when this machine allows all of s.
 func Probe(s Spec, attr *syscall.SysProcAttr) error {
 	text, err := s.encode()

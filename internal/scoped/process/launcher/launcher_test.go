@@ -38,7 +38,7 @@ func TestArgsParse(t *testing.T) {
 	}{
 		{name: "empty spec", path: "/bin/true", argv: []string{"true"}},
 		{name: "full spec", spec: launcher.Spec{Landlock: true, Read: []string{"/usr", "/etc/ld.so.cache"}, Write: []string{"/tmp/x", "/dev/null"},
-			Net: launcher.NetProxy, NetNS: true, Seccomp: true, Cgroups: []string{"/sys/fs/cgroup/pids/c1"}},
+			Net: launcher.NetProxy, NetNS: true, Seccomp: true, Cgroups: []string{"/sys/fs/cgroup/pids/c1"}, Tmp: "/tmp/w/proc-1", TmpBytes: 1 << 20},
 			path: "/usr/bin/git", argv: []string{"git", "status", "--short", "", "a b"}},
 		{name: "argv0 differs from the path", path: "/usr/bin/bash", argv: []string{"-bash", "-c", "echo"}},
 	}
@@ -75,6 +75,10 @@ func TestArgsErrors(t *testing.T) {
 		{name: "relative cgroup", spec: launcher.Spec{Cgroups: []string{"sys/fs/cgroup"}}, path: "/bin/true", argv: []string{"true"}, wantErr: `launcher: path "sys/fs/cgroup" must be absolute and clean`},
 		{name: "proxy without a namespace", spec: launcher.Spec{Net: launcher.NetProxy}, path: "/bin/true", argv: []string{"true"}, wantErr: "launcher: net proxy needs a network namespace"},
 		{name: "unknown net mode", spec: launcher.Spec{Net: "wifi"}, path: "/bin/true", argv: []string{"true"}, wantErr: `launcher: unknown net mode "wifi"`},
+		{name: "tmp without a user namespace", spec: launcher.Spec{Tmp: "/tmp/x", TmpBytes: 1 << 20}, path: "/bin/true", argv: []string{"true"}, wantErr: "launcher: tmp needs a user namespace"},
+		{name: "tmp without a size", spec: launcher.Spec{NetNS: true, Tmp: "/tmp/x"}, path: "/bin/true", argv: []string{"true"}, wantErr: "launcher: tmp size 0 must be positive"},
+		{name: "tmp size without a path", spec: launcher.Spec{NetNS: true, TmpBytes: 1}, path: "/bin/true", argv: []string{"true"}, wantErr: `launcher: tmp path "" must be absolute and clean`},
+		{name: "relative tmp", spec: launcher.Spec{NetNS: true, Tmp: "tmp/x", TmpBytes: 1}, path: "/bin/true", argv: []string{"true"}, wantErr: `launcher: tmp path "tmp/x" must be absolute and clean`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,7 +117,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	f.Add(`{"v":2,"landlock":true,"read":["/usr"],"write":["/tmp"],"net":"proxy","netns":true,"seccomp":true,"cgroups":["/c"]}`, "/bin/true", "true")
+	f.Add(`{"v":2,"landlock":true,"read":["/usr"],"write":["/tmp"],"net":"proxy","netns":true,"seccomp":true,"cgroups":["/c"],"tmp":"/tmp/p","tmp_bytes":1048576}`, "/bin/true", "true")
 	f.Add(`{"v":2}`, "/x", "")
 	f.Add(`{"v":3,"read":[1]}`, "x", "y")
 	f.Fuzz(func(t *testing.T, spec, path, arg string) {
@@ -127,7 +131,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Args refuses what Parse accepted: %v", err)
 		}
 		s2, p2, argv2, err := launcher.Parse(args)
-		if err != nil || p2 != p || len(argv2) != 1 || argv2[0] != arg || s2.Net != s.Net || s2.NetNS != s.NetNS || s2.Seccomp != s.Seccomp || s2.Landlock != s.Landlock || len(s2.Cgroups) != len(s.Cgroups) || len(s2.Read) != len(s.Read) || len(s2.Write) != len(s.Write) {
+		if err != nil || p2 != p || len(argv2) != 1 || argv2[0] != arg || s2.Net != s.Net || s2.NetNS != s.NetNS || s2.Tmp != s.Tmp || s2.TmpBytes != s.TmpBytes || s2.Seccomp != s.Seccomp || s2.Landlock != s.Landlock || len(s2.Cgroups) != len(s.Cgroups) || len(s2.Read) != len(s.Read) || len(s2.Write) != len(s.Write) {
 			t.Fatalf("round trip changed %q %q %q: %v", spec, path, arg, err)
 		}
 	})
@@ -255,9 +259,11 @@ func TestAwait(t *testing.T) {
 		name     string
 		records  []string // one message each
 		withFD   int      // index of the record that carries a descriptor; -1 none
+		withFD2  int      // another such index; 0 none
 		wantErr  string
 		wantIs   error
 		wantConn bool // a listener is returned
+		wantTmp  bool // a tmpfs root is returned
 	}{
 		{name: "closed without a word", withFD: -1},
 		{name: "failure with errno", records: []string{`{"step":"exec /x","message":"no such file or directory","errno":2}`}, withFD: -1, wantErr: "exec /x: no such file or directory", wantIs: syscall.ENOENT},
@@ -267,6 +273,11 @@ func TestAwait(t *testing.T) {
 		{name: "listener then failure", records: []string{`{"listener":true}`, `{"step":"landlock","message":"no"}`}, withFD: 0, wantErr: "landlock: no"},
 		{name: "listener without a descriptor", records: []string{`{"listener":true}`}, withFD: -1, wantErr: `launcher: unexpected status "{\"listener\":true}" with 0 descriptors`},
 		{name: "descriptor on an error", records: []string{`{"step":"x","message":"y"}`}, withFD: 0, wantErr: "x: y"},
+		{name: "tmpfs then exec", records: []string{`{"tmp":true}`}, withFD: 0, wantTmp: true},
+		{name: "listener and tmpfs", records: []string{`{"listener":true}`, `{"tmp":true}`}, withFD: 0, withFD2: 1, wantConn: true, wantTmp: true},
+		{name: "tmpfs then failure", records: []string{`{"tmp":true}`, `{"step":"tmp","message":"no"}`}, withFD: 0, wantErr: "tmp: no"},
+		{name: "two tmpfs", records: []string{`{"tmp":true}`, `{"tmp":true}`}, withFD: 0, withFD2: 1, wantErr: `launcher: unexpected status "{\"tmp\":true}" with 1 descriptors`},
+		{name: "listener and tmpfs in one", records: []string{`{"listener":true,"tmp":true}`}, withFD: 0, wantErr: `launcher: unexpected status "{\"listener\":true,\"tmp\":true}" with 1 descriptors`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -276,7 +287,7 @@ func TestAwait(t *testing.T) {
 			ours := os.NewFile(uintptr(fds[0]), "ours")
 			for i, rec := range tt.records {
 				var oob []byte
-				if i == tt.withFD {
+				if i == tt.withFD || (i == tt.withFD2 && tt.withFD2 > 0) {
 					f, err := os.Open(os.DevNull)
 					require.NoError(t, err)
 					defer f.Close()
@@ -285,16 +296,15 @@ func TestAwait(t *testing.T) {
 				require.NoError(t, unix.Sendmsg(fds[1], []byte(rec), oob, nil, 0))
 			}
 			require.NoError(t, unix.Close(fds[1]))
-			l, err := launcher.Await(ours)
+			got, err := launcher.AwaitFiles(ours)
 			if tt.wantErr == "" {
 				require.NoError(t, err)
-				require.Equal(t, tt.wantConn, l != nil)
-				if l != nil {
-					require.NoError(t, l.Close())
-				}
+				require.Equal(t, tt.wantConn, got.Listener != nil)
+				require.Equal(t, tt.wantTmp, got.Tmp != nil)
+				got.Close()
 				return
 			}
-			require.Nil(t, l)
+			require.Equal(t, launcher.Files{}, got)
 			require.EqualError(t, err, tt.wantErr)
 			if tt.wantIs != nil {
 				require.ErrorIs(t, err, tt.wantIs)
@@ -309,4 +319,18 @@ func TestCheck(t *testing.T) {
 	require.NoError(t, launcher.Check(&syscall.SysProcAttr{Setpgid: true}))
 	err := launcher.Check(&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: 1 << 20})
 	require.ErrorContains(t, err, "launcher: start: ")
+}
+
+func TestTmpFullRefusesAnotherFileSystem(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open("/proc")
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = launcher.TmpFull(f)
+	require.ErrorContains(t, err, "launcher: the child's TMPDIR is not a tmpfs (file system type 0x9fa0)")
+}
+
+func TestTmpOptions(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "size=1048576,mode=700", launcher.TmpOptions(1<<20))
 }

@@ -25,6 +25,9 @@ type Request struct {
 	Dir                           string
 	NetNS, Proxy                  bool
 	UID, GID, ProxyPort           int
+	Tmp                           string
+	TmpBytes                      int64
+	TmpAccess                     uint64
 	Ruleset                       *os.File
 	Filter                        []unix.SockFilter
 	CgroupV2                      *os.File

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -37,6 +38,9 @@
 #endif
 #ifndef SYS_clone3
 #define SYS_clone3 435
+#endif
+#ifndef SYS_landlock_add_rule
+#define SYS_landlock_add_rule 445
 #endif
 #ifndef SYS_landlock_restrict_self
 #define SYS_landlock_restrict_self 446
@@ -65,11 +69,18 @@ struct zy_req {
 	struct zy_header h;
 	char *buf;
 	char **ptrs;
-	char *path, *dir;
+	char *path, *dir, *tmp, *tmpopts;
 	char **argv, **envp, **cgroups;
 	struct sock_filter *filter;
 	int status, in, out, err, ruleset, cgroup2;
 };
+
+// struct landlock_path_beneath_attr of linux/landlock.h.
+struct zy_path_beneath {
+	uint64_t allowed_access;
+	int32_t parent_fd;
+} __attribute__((packed));
+#define ZY_RULE_PATH_BENEATH 1
 
 // Linux capability interface (linux/capability.h), declared here so the
 // header's availability does not matter.
@@ -119,11 +130,13 @@ static int zy_write_file(const char *path, const char *s) {
 	return err;
 }
 
-// zy_netns moves the child into a user and network namespace of its own,
-// maps its ids to themselves and brings loopback up.
+// zy_netns moves the child into a user and network namespace of its own
+// (and a mount namespace with ZY_TMPFS), maps its ids to themselves and
+// brings loopback up.
 static int zy_netns(const struct zy_req *r) {
 	char map[64];
-	if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) return errno;
+	int flags = CLONE_NEWUSER | CLONE_NEWNET | ((r->h.flags & ZY_TMPFS) ? CLONE_NEWNS : 0);
+	if (unshare(flags) != 0) return errno;
 	snprintf(map, sizeof map, "%u %u 1\n", r->h.uid, r->h.uid);
 	int err = zy_write_file("/proc/self/uid_map", map);
 	if (!err) err = zy_write_file("/proc/self/setgroups", "deny");
@@ -143,6 +156,20 @@ static int zy_netns(const struct zy_req *r) {
 	return err;
 }
 
+// zy_send_fd sends body with the descriptor fd on status.
+static int zy_send_fd(int status, const char *body, int fd) {
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	memset(cbuf, 0, sizeof cbuf);
+	struct iovec iov = {.iov_base = (void *)body, .iov_len = strlen(body)};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return sendmsg(status, &m, MSG_NOSIGNAL) < 0 ? errno : 0;
+}
+
 // zy_listener listens on 127.0.0.1:port in the child's namespace and sends
 // the socket to the runner on status.
 static int zy_listener(int status, unsigned port) {
@@ -158,17 +185,32 @@ static int zy_listener(int status, unsigned port) {
 		close(fd);
 		return err;
 	}
-	static const char body[] = "{\"listener\":true}";
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	memset(cbuf, 0, sizeof cbuf);
-	struct iovec iov = {.iov_base = (void *)body, .iov_len = sizeof body - 1};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	int err = sendmsg(status, &m, MSG_NOSIGNAL) < 0 ? errno : 0;
+	int err = zy_send_fd(status, "{\"listener\":true}", fd);
+	close(fd);
+	return err;
+}
+
+// zy_tmpfs makes every mount of the child's mount namespace a slave, mounts
+// a tmpfs with the request's options on its TMPDIR and sends an O_PATH
+// descriptor of the tmpfs's root to the runner on status (as the
+// launcher's mountTmp does).
+static int zy_tmpfs(int status, const struct zy_req *r) {
+	if (mount("", "/", NULL, MS_REC | MS_SLAVE, NULL) != 0) return errno;
+	if (mount("tmpfs", r->tmp, "tmpfs", MS_NOSUID | MS_NODEV, r->tmpopts) != 0) return errno;
+	int fd = open(r->tmp, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) return errno;
+	int err = zy_send_fd(status, "{\"tmp\":true}", fd);
+	close(fd);
+	return err;
+}
+
+// zy_tmp_rule adds the rule for the root of the child's tmpfs to its
+// ruleset (the launcher's addTmpRule).
+static int zy_tmp_rule(const struct zy_req *r) {
+	int fd = open(r->tmp, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) return errno;
+	struct zy_path_beneath pb = {.allowed_access = r->h.tmp_access, .parent_fd = fd};
+	int err = syscall(SYS_landlock_add_rule, r->ruleset, ZY_RULE_PATH_BENEATH, &pb, 0) != 0 ? errno : 0;
 	close(fd);
 	return err;
 }
@@ -214,6 +256,10 @@ static void __attribute__((noreturn)) zy_child(int sock, const struct zy_req *r)
 		int err = zy_listener(st, r->h.proxy_port);
 		if (err) zy_fail(st, "network", NULL, err);
 	}
+	if (r->h.flags & ZY_TMPFS) {
+		int err = zy_tmpfs(st, r);
+		if (err) zy_fail(st, "tmp", NULL, err);
+	}
 	if (dup2(r->in, 0) < 0 || dup2(r->out, 1) < 0 || dup2(r->err, 2) < 0) zy_fail(st, "stdio", NULL, errno);
 	// Everything else closes at execve; the status channel last of all.
 	if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
@@ -224,6 +270,10 @@ static void __attribute__((noreturn)) zy_child(int sock, const struct zy_req *r)
 	int err = zy_drop_caps();
 	if (err) zy_fail(st, "capabilities", NULL, err);
 	if (r->h.flags & ZY_LANDLOCK) {
+		if (r->h.flags & ZY_TMPFS) {
+			int err = zy_tmp_rule(r);
+			if (err) zy_fail(st, "landlock", NULL, err);
+		}
 		if (syscall(SYS_landlock_restrict_self, r->ruleset, 0) != 0) zy_fail(st, "landlock", NULL, errno);
 	}
 	if (r->h.flags & ZY_SECCOMP) {
@@ -261,12 +311,13 @@ static int zy_parse(struct zy_req *r, int memfd) {
 		if (!r->filter) return ENOMEM;
 		memcpy(r->filter, r->buf + strings, fsize);
 	}
-	// path, dir, then argv, env and cgroups, each list NULL-terminated.
-	r->ptrs = malloc((2 + h->argc + 1 + h->envc + 1 + h->ncgroups + 1) * sizeof(char *));
+	// path, dir, tmp, tmp options, then argv, env and cgroups, each list
+	// NULL-terminated.
+	r->ptrs = malloc((4 + h->argc + 1 + h->envc + 1 + h->ncgroups + 1) * sizeof(char *));
 	if (!r->ptrs) return ENOMEM;
 	char *p = r->buf, *end = r->buf + strings;
 	size_t k = 0;
-	uint32_t counts[4] = {2, h->argc, h->envc, h->ncgroups};
+	uint32_t counts[4] = {4, h->argc, h->envc, h->ncgroups};
 	for (int list = 0; list < 4; list++) {
 		if (list == 1) r->argv = r->ptrs + k;
 		if (list == 2) r->envp = r->ptrs + k;
@@ -281,7 +332,13 @@ static int zy_parse(struct zy_req *r, int memfd) {
 	}
 	r->path = r->ptrs[0];
 	r->dir = r->ptrs[1];
-	if (strlen(r->path) >= ZY_MAX_PATH || strlen(r->dir) >= ZY_MAX_PATH) return ENAMETOOLONG;
+	r->tmp = r->ptrs[2];
+	r->tmpopts = r->ptrs[3];
+	if (strlen(r->path) >= ZY_MAX_PATH || strlen(r->dir) >= ZY_MAX_PATH || strlen(r->tmp) >= ZY_MAX_PATH ||
+	    strlen(r->tmpopts) >= ZY_MAX_PATH) return ENAMETOOLONG;
+	// A tmpfs needs the user namespace, and a place; without one, none.
+	if ((h->flags & ZY_TMPFS) ? (!(h->flags & ZY_NETNS) || r->tmp[0] != '/' || ((h->flags & ZY_LANDLOCK) && !h->tmp_access))
+	                          : (r->tmp[0] || r->tmpopts[0] || h->tmp_access)) return EPROTO;
 	for (char **cg = r->cgroups; *cg; cg++)
 		if (strlen(*cg) >= ZY_MAX_PATH) return ENAMETOOLONG;
 	return 0;

@@ -13,12 +13,14 @@
 // CLONE_PARENT, so the child is the worker's to wait for, and
 // CLONE_INTO_CGROUP into the call's cgroup v2), and the child, a small
 // single-threaded C process, joins the call's cgroup v1 hierarchies,
-// unshares a user and network namespace of its own, maps its ids to
-// themselves, brings loopback up, listens for the egress proxy and sends the
-// socket back, takes its standard streams, sets no_new_privs, drops every
-// capability, restricts itself with the Landlock ruleset and installs the
-// seccomp filter the worker built (launcher.Ruleset, launcher.Filter), and
-// executes the binary. It reports a failed step on the status channel in
+// unshares a user and network namespace of its own (and a mount namespace,
+// for a child whose TMPDIR is a tmpfs), maps its ids to themselves, brings
+// loopback up, listens for the egress proxy and sends the socket back,
+// mounts the tmpfs on its TMPDIR and sends its root back, takes its
+// standard streams, sets no_new_privs, drops every capability, restricts
+// itself with the Landlock ruleset (plus a rule for the tmpfs) and installs
+// the seccomp filter the worker built (launcher.Ruleset, launcher.Filter),
+// and executes the binary. It reports a failed step on the status channel in
 // the launcher's format, so the runner reads both paths with
 // launcher.Await.
 //
@@ -45,6 +47,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/capstanhq/capstan/internal/scoped/process/launcher"
 )
 
 // Arg0 is argv[0] of the zygote; it names the mode.
@@ -69,6 +73,14 @@ type Request struct {
 	NetNS, Proxy bool
 	UID, GID     int
 	ProxyPort    int
+	// Tmp, when set, is the child's TMPDIR, on which it mounts a tmpfs of
+	// TmpBytes bytes in a mount namespace of its own and sends an O_PATH
+	// descriptor of its root on Status (launcher.Spec.Tmp); needs NetNS.
+	// With a Ruleset, TmpAccess (launcher.TmpAccess) is what the ruleset
+	// grants the tmpfs's root.
+	Tmp       string
+	TmpBytes  int64
+	TmpAccess uint64
 	// Ruleset, when not nil, is the Landlock ruleset the child restricts
 	// itself with (launcher.Ruleset).
 	Ruleset *os.File
@@ -247,6 +259,19 @@ func encode(r Request) (header, payload []byte, files []*os.File, err error) {
 		}
 		flags |= C.ZY_PROXY
 	}
+	var tmpOpts string
+	if r.Tmp != "" {
+		if !r.NetNS || r.TmpBytes <= 0 || !strings.HasPrefix(r.Tmp, "/") {
+			return nil, nil, nil, errors.New("zygote: a tmpfs needs a network namespace, a positive size and an absolute path")
+		}
+		if r.Ruleset != nil && r.TmpAccess == 0 {
+			return nil, nil, nil, errors.New("zygote: a tmpfs under Landlock needs its access rights")
+		}
+		flags |= C.ZY_TMPFS
+		tmpOpts = launcher.TmpOptions(r.TmpBytes)
+	} else {
+		r.TmpAccess = 0
+	}
 	if r.Ruleset != nil {
 		flags |= C.ZY_LANDLOCK
 		files = append(files, r.Ruleset)
@@ -264,7 +289,7 @@ func encode(r Request) (header, payload []byte, files []*os.File, err error) {
 		}
 	}
 	var b strings.Builder
-	for _, s := range [][]string{{r.Path, r.Dir}, r.Argv, r.Env, r.CgroupsV1} {
+	for _, s := range [][]string{{r.Path, r.Dir, r.Tmp, tmpOpts}, r.Argv, r.Env, r.CgroupsV1} {
 		for _, item := range s {
 			if strings.IndexByte(item, 0) >= 0 {
 				return nil, nil, nil, fmt.Errorf("zygote: %q contains NUL", item)
@@ -285,6 +310,7 @@ func encode(r Request) (header, payload []byte, files []*os.File, err error) {
 		magic: C.ZY_MAGIC, flags: C.uint32_t(flags), uid: C.uint32_t(r.UID), gid: C.uint32_t(r.GID),
 		proxy_port: C.uint32_t(r.ProxyPort), argc: C.uint32_t(len(r.Argv)), envc: C.uint32_t(len(r.Env)),
 		ncgroups: C.uint32_t(len(r.CgroupsV1)), nfilter: C.uint32_t(len(r.Filter)), payload: C.uint32_t(len(payload)),
+		tmp_access: C.uint64_t(r.TmpAccess),
 	}
 	header = C.GoBytes(unsafe.Pointer(&hdr), C.int(unsafe.Sizeof(hdr)))
 	return header, payload, files, nil

@@ -19,15 +19,21 @@
 #define ZY_LANDLOCK 0x4u // restrict with the ruleset descriptor
 #define ZY_SECCOMP 0x8u  // install the filter of the payload
 #define ZY_CGROUP2 0x10u // start in the cgroup v2 of the descriptor
+#define ZY_TMPFS 0x20u   // a mount namespace too, and a tmpfs on tmp (needs ZY_NETNS)
 
 // zy_header is the request message; its descriptors, in order: the
 // payload memfd, the status channel, stdin, stdout, stderr, then the
 // Landlock ruleset (ZY_LANDLOCK) and the cgroup v2 directory (ZY_CGROUP2).
-// The payload holds NUL-terminated strings (path, dir, argv, env,
-// cgroups v1) and, 8-byte aligned at its end, nfilter sock_filter.
+// The payload holds NUL-terminated strings (path, dir, tmp, tmp mount
+// options (both empty without ZY_TMPFS), argv, env, cgroups v1) and,
+// 8-byte aligned at its end, nfilter sock_filter.
+// tmp_access is the Landlock access the child's ruleset gives the root of
+// its tmpfs (ZY_TMPFS with ZY_LANDLOCK): the TMPDIR's own rule does not
+// cover what is mounted over it.
 struct zy_header {
 	uint32_t magic, flags, uid, gid, proxy_port;
 	uint32_t argc, envc, ncgroups, nfilter, payload;
+	uint64_t tmp_access;
 };
 
 // zy_reply answers a request: the child's pid, or err (an errno) and -1.
