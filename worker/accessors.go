@@ -1,12 +1,9 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 
 	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/pipeline"
@@ -15,85 +12,9 @@ import (
 	scopedkv "github.com/capstanhq/capstan/internal/scoped/kv"
 	"github.com/capstanhq/capstan/internal/scoped/process"
 	"github.com/capstanhq/capstan/internal/scoped/reads"
-	scopedsecrets "github.com/capstanhq/capstan/internal/scoped/secrets"
 	"github.com/capstanhq/capstan/internal/secrets"
 	"github.com/capstanhq/capstan/tool"
-	"go.opentelemetry.io/otel/trace"
 )
-
-// denials records the capability denials raised while a call runs, by
-// code only (never the detail, which may hold argument values), for the
-// audit record.
-type denials struct {
-	mu    sync.Mutex
-	codes []string
-	// onAdd, when set, is told every code as it is added (tracing, metrics).
-	onAdd func(code string)
-}
-
-func (d *denials) add(err error) {
-	code, ok := tool.DenialCode(err)
-	if !ok {
-		return
-	}
-	d.mu.Lock()
-	d.codes = append(d.codes, code)
-	d.mu.Unlock()
-	if d.onAdd != nil {
-		d.onAdd(code)
-	}
-}
-
-func (d *denials) list() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return slices.Clone(d.codes)
-}
-
-// attach gives the tool exactly the accessors its resolved grant allows
-// (pipeline.Attach).
-func (w *Worker) attach(tc *tool.Context, g *capability.Grant, rec *denials) {
-	pipeline.Attach(tc, g, w.accessorBackends(), rec.add)
-}
-
-// accessorBackends is what the accessors of a call share: the worker's
-// backends, its tracing, and its read-record and storage buckets.
-func (w *Worker) accessorBackends() pipeline.Backends {
-	return pipeline.Backends{
-		Secrets: w.secrets, FS: w.fsCfg, Process: w.procCfg, Resolver: w.resolver,
-		Fetch: fetch.Config{WrapTransport: w.httpTransport},
-		WrapInjection: func(inj *scopedsecrets.Injection) fetch.Secrets {
-			return tracedInjection{next: inj, tracer: w.obs.tracer}
-		},
-		Reads: func(session string) tool.ReadRecords { return reads.New(w.kv.reads, session) },
-		Storage: func(g *capability.StorageGrant, onDeny func(error)) tool.KV {
-			return scopedkv.New(w.kv.storage, g, onDeny)
-		},
-	}
-}
-
-// tracedInjection gives every resolution of a secret the fetcher injects
-// a "resolve secret" span, as tracedSecrets does for raw reads.
-type tracedInjection struct {
-	next   *scopedsecrets.Injection
-	tracer trace.Tracer
-}
-
-func (t tracedInjection) CheckDestination(ref string, e capability.Endpoint) error {
-	return t.next.CheckDestination(ref, e)
-}
-
-func (t tracedInjection) CheckCarried(e capability.Endpoint, parts ...string) error {
-	return t.next.CheckCarried(e, parts...)
-}
-
-func (t tracedInjection) Resolve(ctx context.Context, ref string) (string, error) {
-	ctx, span := t.tracer.Start(ctx, "resolve secret", trace.WithSpanKind(trace.SpanKindInternal))
-	defer span.End()
-	v, err := t.next.Resolve(ctx, ref)
-	endSecretSpan(span, err)
-	return v, err
-}
 
 // floorPaths are the worker's own files, never reachable by a tool.
 func (c Config) floorPaths() []string {
@@ -108,10 +29,6 @@ func (c Config) floorPaths() []string {
 	}
 	return out
 }
-
-// isInfra reports whether a tool's error is an infrastructure fault that
-// must lead to redelivery rather than an answer.
-func isInfra(err error) bool { return pipeline.IsInfra(err) }
 
 // backends builds what the accessors share, once per worker: the secrets
 // backend (nil for none, which fails closed), the binary resolver on
@@ -151,7 +68,7 @@ func (w *Worker) backends() error {
 		return err
 	}
 	w.resolver = process.NewResolver(w.procCfg.TrustedPATH)
-	for _, h := range w.order {
+	for _, h := range w.tools.Order() {
 		if h.Capabilities.Process != nil {
 			w.resolveNames(h.Capabilities.Process.AllowedBinaries)
 		}
@@ -169,27 +86,6 @@ func (e *vaultConfigError) Error() string {
 
 func (e *vaultConfigError) Unwrap() error { return e.err }
 
-// networkRefused returns the refusal of a call whose process grant
-// includes network on a machine that allows no network namespace for its
-// children, unless CAPSTAN_PROCESS_NETWORK=unconfined (security.md
-// section 1): "" when the call may run.
-func (w *Worker) networkRefused(g *capability.Grant) string {
-	if g.Process == nil || g.Network.Empty() {
-		return ""
-	}
-	return w.procCfg.NetworkRefused()
-}
-
-// missingBackend returns the fail-closed refusal when the tool declares a
-// capability whose backend is not configured, naming the backend.
-func (w *Worker) missingBackend(t *tool.Tool) string {
-	if len(t.Capabilities.Secrets) == 0 || w.secrets != nil {
-		return ""
-	}
-	const sentence = "Tool %s declares capabilities but no capability backends are configured: "
-	return fmt.Sprintf(sentence+"secrets backend (CAPSTAN_SECRETS_BACKEND=%s)", t.Name, w.cfg.SecretsBackend)
-}
-
 // preResolve resolves the bare binary names of a personality's process
 // ceiling as soon as the worker sees it, so that they are looked up on the
 // trusted PATH once, before any call runs them (capabilities.md, "Binaries").
@@ -206,5 +102,19 @@ func (w *Worker) resolveNames(names []string) {
 		if n != "*" && !strings.Contains(n, "/") {
 			_, _ = w.resolver.Resolve(n)
 		}
+	}
+}
+
+// accessorBackends is what the accessors of every call share: the worker's
+// backends, its tracing, and its read-record and storage buckets.
+func (w *Worker) accessorBackends() pipeline.Backends {
+	return pipeline.Backends{
+		Secrets: w.secrets, FS: w.fsCfg, Process: w.procCfg, Resolver: w.resolver,
+		Fetch:         fetch.Config{WrapTransport: w.obs.HTTPTransport},
+		WrapInjection: w.obs.WrapInjection,
+		Reads:         func(session string) tool.ReadRecords { return reads.New(w.kv.reads, session) },
+		Storage: func(g *capability.StorageGrant, onDeny func(error)) tool.KV {
+			return scopedkv.New(w.kv.storage, g, onDeny)
+		},
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/scoped/process"
+	"github.com/capstanhq/capstan/worker/internal/callexec"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -327,3 +328,31 @@ func (c Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Size limits of what the worker publishes (docs/reliability.md, "Result
+// size"). Every message also stays under the server's max payload: the
+// result limit is the smaller of Config.ResultMaxBytes and the max payload
+// the connection reports.
+const (
+	// DefaultResultMaxBytes is Config.ResultMaxBytes when unset: 1 MiB, the
+	// max payload of a stock nats-server, so that results fit any server
+	// and any client's buffers, also where the server allows more.
+	DefaultResultMaxBytes = callexec.DefaultResultMaxBytes
+	// MinResultMaxBytes is the smallest ResultMaxBytes accepted.
+	MinResultMaxBytes = callexec.MinResultMaxBytes
+	// DefaultStructuredMaxBytes is Config.StructuredMaxBytes when unset: a
+	// structured payload whose JSON is larger is left out of the message.
+	DefaultStructuredMaxBytes = callexec.DefaultStructuredMaxBytes
+	// ProgressMaxChars caps a progress event's message (code points; the
+	// rest is cut as the budget trim cuts).
+	ProgressMaxChars = callexec.ProgressMaxChars
+	// ReasonMaxChars caps a failure reason: the Capstan-Dead-Reason header,
+	// the stored failure of a call, the reason of an abandonment result.
+	ReasonMaxChars = callexec.ReasonMaxChars
+	// AuditMaxBytes caps one audit message (a batch of records), headers
+	// included; the server's max payload caps it further.
+	AuditMaxBytes = callexec.AuditMaxBytes
+)
+
+// DefaultMinFreeDisk is Config.MinFreeDisk's default: 2 GiB.
+const DefaultMinFreeDisk = 2 << 30

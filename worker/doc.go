@@ -4,21 +4,21 @@
 //
 // # A call's life, in the order the code runs it
 //
-// Run (worker.go) connects, opens the buckets, loads the personalities and
+// Run (run.go) connects, opens the buckets, loads the personalities and
 // watches them, registers the tools in the catalog, subscribes to cancel
-// requests and watches the cancels bucket (cancel.go: every cancel request
-// is booked in memory), and starts one handler goroutine per slot. pull
+// requests and watches the cancels bucket (internal/cancelbook: every
+// cancel request is booked in memory), and starts one handler goroutine per slot. pull
 // fetches at most as many calls as there are free slots and hands each to a
-// handler.
+// handler, which hands it to the call executor (internal/callexec).
 //
-// Each delivered message becomes a delivery (call.go): the message, the
+// Each delivered message gets an Executor (internal/callexec): the message, the
 // decoded call, the call's span, and what the handler acquires for it (its
 // in-flight entry, its lease). Its methods are the steps below, each verb
-// with one meaning: handle is a delivery's whole life; process is the
+// with one meaning: Run is a delivery's whole life; process is the
 // pipeline (admit: the gates; run: dry run, or execute, then shape);
 // execute is the tool itself under its timeout; deliver publishes a
 // computed result (with retries); answerWithoutRunning publishes a
-// refusal; complete audits and acks. delivery.handle, through the one
+// refusal; complete audits and acks. Executor.Run, through the one
 // switch at its end and its early returns, decides what becomes of the
 // delivery.
 //
@@ -29,16 +29,17 @@
 //     of an exclusive tool (tool.SideEffects), storedResult reads the
 //     call's result subject; a call already answered is audited and acked
 //     without running (answeredBefore).
-//  3. inflight.add registers the call, and gives it the cancel request
-//     booked for it, if any, under the same lock that books requests.
-//  4. An exclusive call takes its fenced lease (lease.go); the heartbeat
+//  3. register enters the call in the in-flight book (cancelbook.Book),
+//     which gives it the cancel request booked for it, if any, under the
+//     same lock that books requests.
+//  4. An exclusive call takes its fenced lease (internal/lease); the heartbeat
 //     sends InProgress and refreshes the lease every AckWait/3. Other calls
 //     have a nil lease, which holds nothing.
-//  5. process (pipeline.go) runs the gates in the order of
+//  5. process (callexec/pipeline.go) runs the gates in the order of
 //     docs/capabilities.md (admit), then the tool with its scoped
-//     accessors, the reducer, redaction and the result budget (run),
+//     accessors, the reducer, redaction and the result budget (runTool),
 //     and plans a blob for an output too large for the result (blob.go).
-//     execute hands the tool to a runner (runners.go: long-lived
+//     execute hands the tool to a runner (callexec/runners.go: long-lived
 //     goroutines, reused from call to call) and waits for it, its
 //     timeout or its cancel, whichever comes first: a tool that ignores
 //     its cancellation keeps its runner, never the slot.
@@ -46,15 +47,15 @@
 //     stream stores the first result of a call and refuses any later one
 //     (lostRace acks a run that lost). A publish that may succeed later is
 //     retried for ResultRetryLimit; one that never can dead-letters the
-//     call (publish.go).
-//  7. complete queues the audit record (audit.go: records are stored in
-//     batches by group commit), releases the lease and returns: the slot
+//     call (callexec/publish.go).
+//  7. complete queues the audit record (internal/auditlog: records are
+//     stored in batches by group commit), releases the lease and returns: the slot
 //     is free once the result is stored. The audit log acks the call,
 //     without waiting for the server, once its record is stored (or hands
 //     it back when it cannot be); until then the delivery is detached
-//     and Worker.calls still counts it, so a shutdown waits for it.
+//     and the pool still counts it, so a shutdown waits for it.
 //
-// Every bus operation of a call runs under boundCtx: a child of opsBase
+// Every bus operation of a call runs under BoundCtx: a child of opsBase
 // (opTimeout, and never past the shutdown margin) carrying the call's
 // span, so its spans and log lines stay in the call's trace.
 //
@@ -64,7 +65,10 @@
 // failures bucket), drop it (another run answers: a lost lease, a lost
 // race), or terminate it (a dead letter that cannot be written for good).
 // Deliveries that run out of MaxDeliver come back as advisories and are
-// abandoned with a dead letter and an abandonment result (deadletter.go).
+// abandoned with a dead letter and an abandonment result (callexec/abandoned.go).
+//
+// docs/architecture.md ("The worker's rooms") names the rooms and which
+// imports which.
 //
 // docs/protocol.md ("Delivery, leases and retries") and docs/reliability.md
 // state the guarantees this code keeps and the tests that prove them.

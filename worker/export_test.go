@@ -9,6 +9,7 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 )
 
 // WithoutNetworkNamespaces makes w's process runners behave as on a machine
@@ -33,8 +34,8 @@ func WithPrivateMCPURLs(c Config) Config {
 func HoldAuditRecords(w *Worker) (release func()) {
 	gate := make(chan struct{})
 	var once sync.Once
-	publish := w.audits.publish
-	w.audits.publish = func(ctx context.Context, subject string, body []byte, n int) error {
+	publish := w.audits.Publish
+	w.audits.Publish = func(ctx context.Context, subject string, body []byte, n int) error {
 		<-gate
 		return publish(ctx, subject, body, n)
 	}
@@ -46,7 +47,7 @@ type HeldPublish struct {
 	CallID string
 	// Err is the publish's context's error when it ended.
 	Err error
-	// GraceOver: the worker's execution base had ended (errShutdown: the
+	// GraceOver: the worker's execution base had ended (cancelbook.ErrShutdown: the
 	// shutdown grace was over) when the publish's context ended.
 	GraceOver bool
 	// MarginOver: the worker's operations context had ended (the shutdown
@@ -64,7 +65,7 @@ func HoldResultPublishes(w *Worker) (started <-chan string, ended <-chan HeldPub
 		s <- callID
 		<-ctx.Done()
 		e <- HeldPublish{CallID: callID, Err: ctx.Err(),
-			GraceOver:  errors.Is(context.Cause(w.execBase), errShutdown),
+			GraceOver:  errors.Is(context.Cause(w.execBase), cancelbook.ErrShutdown),
 			MarginOver: w.ops.Err() != nil}
 		return 0, fmt.Errorf("publish result: %w", ctx.Err())
 	}

@@ -1,0 +1,375 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/embedded"
+	"github.com/capstanhq/capstan/internal/ratelimit"
+	"github.com/capstanhq/capstan/internal/scoped/process"
+	"github.com/capstanhq/capstan/internal/shape"
+	"github.com/capstanhq/capstan/worker/internal/callexec"
+	"github.com/capstanhq/capstan/worker/internal/cancelbook"
+	"github.com/capstanhq/capstan/worker/internal/catalog"
+	"github.com/capstanhq/capstan/worker/internal/lease"
+	"github.com/capstanhq/capstan/worker/internal/policywatch"
+)
+
+// ResultRetryLimit is how long a worker retries publishing a computed result
+// that fails for a reason retrying may cure (the server is unreachable, a
+// stream has no leader): then the call is dead-lettered and answered with
+// an abandonment result, or, when even that cannot be published, handed
+// back for a later delivery (docs/reliability.md, "Publishing results").
+const ResultRetryLimit = callexec.ResultRetryLimit
+
+// ShutdownMargin is how long after the shutdown grace Run takes at most:
+// calls handed back, leases released, the catalog left. Every bus
+// operation still waiting then gives up, so a worker whose NATS server is
+// gone exits within ShutdownGrace + ShutdownMargin.
+const ShutdownMargin = callexec.ShutdownMargin
+
+// cleanup is what Run undoes when it returns, last step first (as its
+// defers would).
+type cleanup []func()
+
+func (c *cleanup) add(f func()) { *c = append(*c, f) }
+
+func (c cleanup) run() {
+	for i := len(c) - 1; i >= 0; i-- {
+		c[i]()
+	}
+}
+
+// Run connects (starting an embedded server when no NATS URL is set, and then
+// connecting with the credentials it generated instead of NATSCreds), loads
+// personalities, registers the tools, and serves calls until ctx is done; then
+// it drains: stops pulling, waits up to ShutdownGrace for running calls,
+// cancels and hands back the rest, and returns. A start-up problem is returned
+// at once.
+func (w *Worker) Run(ctx context.Context) error {
+	var undo cleanup
+	defer func() { undo.run() }() // not "defer undo.run()": that would copy the empty stack
+	// Every bus operation gives up ShutdownMargin after the grace, which
+	// starts when ctx ends: a worker whose NATS server is gone still exits.
+	w.ops, w.stopOps = context.WithCancel(context.Background())
+	undo.add(w.stopOps)
+	stopShutdownClock := context.AfterFunc(ctx, func() { time.AfterFunc(w.cfg.ShutdownGrace+ShutdownMargin, w.stopOps) })
+	undo.add(func() { stopShutdownClock() })
+	w.prepare(ctx, &undo)
+	// Hosted MCP servers start while the worker connects; they are stopped
+	// last, after the drain, since the calls that drain need them.
+	undo.add(w.mcp.Start(ctx))
+	url, creds, err := w.embeddedServer(ctx, &undo)
+	if err != nil {
+		return err
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	undo.add(cancel)
+	conn, err := bus.Connect(startCtx, bus.Config{URL: url, Creds: creds, Prefix: w.cfg.Prefix, Name: "capstan-worker " + w.cfg.WorkerID, Replicas: w.cfg.StreamReplicas, NATSConn: w.cfg.NATSConn})
+	if err != nil {
+		return err
+	}
+	undo.add(conn.Close)
+	w.conn = conn
+	w.registerCreds(ctx, creds)
+	if err := w.open(ctx, startCtx, &undo); err != nil {
+		return err
+	}
+	cons, err := w.listen(ctx, startCtx, &undo)
+	if err != nil {
+		return err
+	}
+	w.mcp.Await(ctx)
+	w.log.InfoContext(ctx, "worker ready", "worker_id", w.cfg.WorkerID, "pool", w.cfg.Pool, "tools", len(w.tools.All()), "concurrency", w.cfg.Concurrency)
+	close(w.ready)
+	w.serve(ctx, cons)
+	return nil
+}
+
+// prepare readies the machine before the worker connects: the sandbox's
+// status, what killed workers left behind, the vault login.
+func (w *Worker) prepare(ctx context.Context, undo *cleanup) {
+	sandbox := w.procCfg.Sandbox()
+	sandbox.Log(ctx, w.log)
+	// Children's temp dirs and cgroups that a killed worker left behind.
+	if swept := process.Sweep(w.procCfg.TmpDir, w.log); swept.TempDirs+swept.Cgroups > 0 {
+		w.log.InfoContext(ctx, "removed what a stopped worker's processes left behind", "temp_dirs", swept.TempDirs, "cgroups", swept.Cgroups)
+	}
+	// The per-call cgroups kept for reuse and the children's temp dir go
+	// with the worker: a clean stop leaves nothing behind.
+	undo.add(func() { process.Release(w.log) })
+	// Shown in /readyz, never a reason to be unready: a degraded sandbox is
+	// reported, process tools still run (docs/operations.md).
+	w.SetReadyDetail("process_sandbox", sandbox)
+	if w.vault != nil {
+		// Log in and keep the token renewed for as long as the worker runs;
+		// calls handed out before the first login log in themselves.
+		vaultCtx, stopVault := context.WithCancel(context.WithoutCancel(ctx))
+		vaultDone := make(chan struct{})
+		go func() { defer close(vaultDone); w.vault.Run(vaultCtx) }()
+		undo.add(func() { stopVault(); <-vaultDone })
+	}
+}
+
+// embeddedServer starts the embedded server when the worker has no NATS
+// server of its own, and returns the URL and credentials to connect with.
+func (w *Worker) embeddedServer(ctx context.Context, undo *cleanup) (url, creds string, err error) {
+	url, creds = w.cfg.NATSURL, w.cfg.NATSCreds
+	if url != "" || w.cfg.NATSConn != nil {
+		return url, creds, nil
+	}
+	// The embedded server accepts only the credentials it generated.
+	srv, err := embedded.Start(embedded.Config{DataDir: w.cfg.DataDir, Port: w.cfg.EmbeddedPort})
+	if err != nil {
+		return "", "", err
+	}
+	undo.add(srv.Shutdown)
+	url, creds = srv.ClientURL(), srv.CredsFile()
+	w.embedded.Store(&EmbeddedServer{URL: url, CredsFile: creds})
+	undo.add(func() { w.embedded.Store(nil) })
+	w.log.InfoContext(ctx, "started embedded NATS server", "url", url, "data_dir", w.cfg.DataDir, "creds_file", creds)
+	return url, creds, nil
+}
+
+// open opens the buckets, loads and watches the personalities and
+// registers the worker and its tools.
+func (w *Worker) open(ctx, startCtx context.Context, undo *cleanup) (err error) {
+	if err := w.openBuckets(startCtx); err != nil {
+		return err
+	}
+	w.checkBlobs(startCtx)
+	w.catalog = &catalog.Registry{Tools: w.kv.tools, Workers: w.kv.workers, WorkerID: w.cfg.WorkerID, Pool: w.cfg.Pool,
+		Concurrency: w.cfg.Concurrency, InFlight: func() int { return w.inflight.Count() }, Hosted: w.tools.All, Log: w.log}
+	// From now on a hosted MCP server's tools go to the catalog as soon
+	// as it lists them (Register below takes those listed before).
+	w.mcp.Registered(w.catalog)
+	undo.add(func() { w.mcp.Registered(nil) })
+	w.limiter = ratelimit.New(w.kv.ratelimits, nil)
+	w.inflight = cancelbook.New(bus.RecordTTL)
+	w.slots = make(chan struct{}, w.cfg.Concurrency)
+	w.execBase, w.cancelExec = context.WithCancelCause(context.WithoutCancel(ctx))
+	undo.add(func() { w.cancelExec(cancelbook.ErrShutdown) })
+
+	if err := w.personalityLoader().Load(startCtx); err != nil {
+		return err
+	}
+	w.policies, err = policywatch.Start(ctx, w.kv.personalities, w.cfg.Home, w.preResolve)
+	if err != nil {
+		return err
+	}
+	undo.add(w.policies.Stop)
+	if err := w.catalog.Register(startCtx); err != nil {
+		return err
+	}
+	undo.add(func() {
+		ctx, cancel := w.opCtx()
+		defer cancel()
+		w.catalog.Deregister(ctx)
+	})
+	return nil
+}
+
+// listen subscribes to cancel requests, binds the pool's consumers, builds
+// the calls' executor services, and starts the registration heartbeat and
+// the handling of abandoned calls. It returns the pool's consumer.
+func (w *Worker) listen(ctx, startCtx context.Context, undo *cleanup) (*bus.PoolConsumer, error) {
+	requests := &cancelbook.Requests{Book: w.inflight, Names: w.names, Store: w.kv.cancels, OpCtx: w.opCtx, Log: w.log}
+	cancelSub, err := w.conn.Subscribe(w.names.CancelFilter(), "", requests.Handle)
+	if err != nil {
+		return nil, err
+	}
+	undo.add(func() { _ = cancelSub.Stop() })
+	// The cancel requests sent before this worker started (and, again,
+	// every later one): starting a call then reads nothing from the bus.
+	stopCancelWatch, err := w.kv.cancels.Watch(ctx, w.inflight.BookEntry)
+	if err != nil {
+		return nil, err
+	}
+	undo.add(stopCancelWatch)
+	abandoned, err := w.conn.AbandonedConsumer(startCtx, w.cfg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := w.conn.PoolConsumer(startCtx, w.cfg.Pool, w.cfg.MaxDeliver, w.cfg.AckWait)
+	if err != nil {
+		return nil, err
+	}
+	w.timing = cons.Timing()
+	w.exec = callexec.New(w.execDeps())
+	unobserve, err := w.obs.Gauges(cons, w.conn, w.secrets, w.cfg.Concurrency)
+	if err != nil {
+		return nil, err
+	}
+	undo.add(unobserve)
+	go w.catalog.Heartbeat(ctx)
+	abandonDone := make(chan struct{})
+	go func() { defer close(abandonDone); w.exec.HandleAbandoned(ctx, abandoned) }()
+	undo.add(func() { <-abandonDone })
+	return cons, nil
+}
+
+// execDeps is what every call's executor shares (callexec.Deps).
+func (w *Worker) execDeps() callexec.Deps {
+	leases := &lease.Leases{KV: w.kv.leases, WorkerID: w.cfg.WorkerID, Timing: w.timing, Log: w.log}
+	c := &w.cfg
+	d := callexec.Deps{
+		Settings: callexec.Settings{WorkerID: c.WorkerID, DefaultPersonality: c.DefaultPersonality, CallTimeout: c.CallTimeout,
+			ResultMaxBytes: c.ResultMaxBytes, StructuredMaxBytes: c.StructuredMaxBytes, SecretsBackend: c.SecretsBackend,
+			Blobs:      callexec.BlobSettings{Off: c.Blobs.Off, Tools: c.Blobs.Tools, MinBytes: c.Blobs.MinBytes, MaxBytes: c.Blobs.MaxBytes},
+			RetryLimit: w.retryLimit},
+		Names: w.names, Bus: w.conn, Tools: &w.tools, MCP: w.mcp, Policies: w.policies, Disk: w.disk, Limiter: w.limiter,
+		Book: w.inflight, Leases: leases, Timing: w.timing, Audits: &w.audits, Failures: w.kv.failures,
+		Backends: w.accessorBackends(), Secrets: w.secrets, NetworkRefused: w.procCfg.NetworkRefused,
+		Obs: w.obs, Reducers: w.reducers, Creds: w.creds, Runners: w.runners, Log: w.log,
+		ExecBase: w.execBase, Ops: w.ops, SendResult: w.sendResult, BlobsOn: w.blobsOn.Load,
+		ReleaseSlot: func() { <-w.slots }, Finished: w.calls.Done,
+	}
+	// The leases' operations are bounded as every bus operation of a call
+	// is, by the services built from d.
+	leases.Bound = func(ctx context.Context) (context.Context, context.CancelFunc) { return w.exec.BoundCtx(ctx) }
+	return d
+}
+
+// serve hands every fetched call to one of the long-lived handler
+// goroutines, one per slot, until ctx ends; then drains. A goroutine
+// started per call grows its stack from the start on every call, which
+// cost a tenth of the worker's CPU at saturation (docs/benchmarks.md).
+func (w *Worker) serve(ctx context.Context, cons *bus.PoolConsumer) {
+	w.work = make(chan *bus.Msg)
+	var handlers sync.WaitGroup
+	for range w.cfg.Concurrency {
+		handlers.Go(func() {
+			for m := range w.work {
+				w.exec.Handle(m)
+			}
+		})
+	}
+	w.pull(ctx, cons)
+	w.drain()
+	close(w.work)
+	handlers.Wait()
+	w.runners.Close()
+}
+
+// opCtx bounds one bus operation of the worker (callexec.OpTimeout, and
+// never past the end of the shutdown margin).
+func (w *Worker) opCtx() (context.Context, context.CancelFunc) {
+	base := w.ops
+	if base == nil {
+		base = context.Background()
+	}
+	return context.WithTimeout(base, callexec.OpTimeout)
+}
+
+// checkBlobs turns blobs on when they are configured and the blobs bucket
+// exists; without the bucket (a NATS user that may not create it) the
+// worker runs without blobs, says so in its log and in /readyz's details.
+func (w *Worker) checkBlobs(ctx context.Context) {
+	if w.cfg.Blobs.Off {
+		w.SetReadyDetail("blobs", "off (CAPSTAN_BLOBS=off)")
+		return
+	}
+	if err := w.conn.BlobsReady(ctx); err != nil {
+		w.log.WarnContext(ctx, "large outputs will not be stored by reference: the blobs bucket is not available", "error", err)
+		w.SetReadyDetail("blobs", "off: "+err.Error())
+		return
+	}
+	w.blobsOn.Store(true)
+	w.SetReadyDetail("blobs", "on: bucket "+w.names.BlobsBucket())
+}
+
+func (w *Worker) openBuckets(ctx context.Context) error {
+	for _, b := range []struct {
+		dst **bus.KV
+		id  bus.Bucket
+	}{
+		{&w.kv.personalities, bus.Personalities}, {&w.kv.tools, bus.Tools}, {&w.kv.cancels, bus.Cancels},
+		{&w.kv.leases, bus.Leases}, {&w.kv.workers, bus.Workers},
+		{&w.kv.ratelimits, bus.RateLimits}, {&w.kv.failures, bus.Failures}, {&w.kv.storage, bus.Storage}, {&w.kv.reads, bus.ReadRecords},
+	} {
+		kv, err := w.conn.KV(ctx, b.id)
+		if err != nil {
+			return err
+		}
+		*b.dst = kv
+	}
+	return nil
+}
+
+// pull fetches only as many calls as there are free slots, until ctx is done.
+func (w *Worker) pull(ctx context.Context, cons *bus.PoolConsumer) {
+	backoff := 100 * time.Millisecond
+	for {
+		// Wait for one free slot, then take every other free one.
+		select {
+		case w.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	more:
+		for n < cap(w.slots) {
+			select {
+			case w.slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		got, err := cons.Fetch(ctx, n, time.Second, func(m *bus.Msg) {
+			w.calls.Add(1)
+			// A handler is free or about to be: every fetched call holds
+			// one of the slots, and there is a handler per slot.
+			w.work <- m
+		})
+		for range n - got {
+			<-w.slots
+		}
+		if err != nil && ctx.Err() == nil {
+			w.log.WarnContext(ctx, "fetch failed", "error", err)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+	}
+}
+
+// drain waits up to ShutdownGrace for running calls, then cancels the rest
+// (they are handed back for redelivery) and waits for them to finish.
+func (w *Worker) drain() {
+	done := make(chan struct{})
+	go func() { w.calls.Wait(); close(done) }()
+	n := w.inflight.Count()
+	if n > 0 {
+		w.log.Info("draining", "in_flight", n, "grace", w.cfg.ShutdownGrace.String())
+	}
+	select {
+	case <-done:
+		return
+	case <-time.After(w.cfg.ShutdownGrace):
+	}
+	w.log.Warn("shutdown grace over; handing back in-flight calls", "in_flight", w.inflight.Count())
+	w.cancelExec(cancelbook.ErrShutdown)
+	<-done
+}
+
+// registerCreds builds the redactor of the worker's own NATS credentials
+// file (none: nothing to redact).
+func (w *Worker) registerCreds(ctx context.Context, file string) {
+	if file == "" {
+		return
+	}
+	values, err := bus.CredsSecrets(file)
+	if err != nil {
+		w.log.WarnContext(ctx, "NATS credentials not registered for redaction", "error", err)
+		return
+	}
+	w.creds = shape.NewRedactor(values)
+}
