@@ -84,6 +84,52 @@ func (n Names) PoolFilter(pool string) (string, error) {
 	return n.prefix + ".call." + pool + ".>", nil
 }
 
+// PersonalityFilter is the filter subject of the durable consumer of one
+// personality's calls in a pool (scheduling.md):
+// <p>.call.<pool>.<personality>.>. The filters of two personalities never
+// overlap, which a work-queue stream requires of its consumers.
+func (n Names) PersonalityFilter(pool, personality string) (string, error) {
+	if err := CheckToken("pool", pool); err != nil {
+		return "", err
+	}
+	if err := CheckToken("personality", personality); err != nil {
+		return "", err
+	}
+	return n.prefix + ".call." + pool + "." + personality + ".>", nil
+}
+
+// PoolWaitingFilter matches every call subject of a pool, one token for the
+// personality and one for the tool: <p>.call.<pool>.*.*, the subjects
+// filter of the calls stream's information that tells which personalities
+// have calls waiting.
+func (n Names) PoolWaitingFilter(pool string) (string, error) {
+	if err := CheckToken("pool", pool); err != nil {
+		return "", err
+	}
+	return n.prefix + ".call." + pool + ".*.*", nil
+}
+
+// ConsumerSep separates the pool from the personality in the name of a
+// personality's consumer; no token holds it.
+const ConsumerSep = "~"
+
+// PersonalityConsumer is the durable name of the consumer of one
+// personality's calls in a pool: <pool>~<personality> (a "~" is in no
+// token, so the name is unique and the pool reads back from it).
+func PersonalityConsumer(pool, personality string) string {
+	return pool + ConsumerSep + personality
+}
+
+// ParsePersonalityConsumer returns the pool and personality of a consumer
+// name made by PersonalityConsumer; ok is false for any other name.
+func ParsePersonalityConsumer(name string) (pool, personality string, ok bool) {
+	pool, personality, ok = strings.Cut(name, ConsumerSep)
+	if !ok || !ValidToken(pool) || !ValidToken(personality) {
+		return "", "", false
+	}
+	return pool, personality, true
+}
+
 // CallTokens are the tokens of a call subject.
 type CallTokens struct {
 	Pool, Personality, Tool string

@@ -102,3 +102,27 @@ func TestNames(t *testing.T) {
 		require.Error(t, err)
 	}
 }
+
+func TestPersonalityConsumerNames(t *testing.T) {
+	t.Parallel()
+	n, err := protocol.NewNames("capstan")
+	require.NoError(t, err)
+	f, err := n.PersonalityFilter("default", "researcher")
+	require.NoError(t, err)
+	require.Equal(t, "capstan.call.default.researcher.>", f)
+	_, err = n.PersonalityFilter("default", "a.b")
+	require.Error(t, err)
+	w, err := n.PoolWaitingFilter("batch")
+	require.NoError(t, err)
+	require.Equal(t, "capstan.call.batch.*.*", w)
+	name := protocol.PersonalityConsumer("default", "re_search-1")
+	require.Equal(t, "default~re_search-1", name)
+	pool, p, ok := ParsePersonalityConsumer(name)
+	require.True(t, ok)
+	require.Equal(t, "default", pool)
+	require.Equal(t, "re_search-1", p)
+	for _, bad := range []string{"default", "abandoned", "~x", "x~", "a~b~c", "a b~c"} {
+		_, _, ok := ParsePersonalityConsumer(bad)
+		require.False(t, ok, bad)
+	}
+}
