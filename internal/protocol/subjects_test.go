@@ -117,12 +117,12 @@ func TestPersonalityConsumerNames(t *testing.T) {
 	require.Equal(t, "capstan.call.batch.*.*", w)
 	name := protocol.PersonalityConsumer("default", "re_search-1")
 	require.Equal(t, "default~re_search-1", name)
-	pool, p, ok := ParsePersonalityConsumer(name)
+	pool, p, ok := protocol.ParsePersonalityConsumer(name)
 	require.True(t, ok)
 	require.Equal(t, "default", pool)
 	require.Equal(t, "re_search-1", p)
 	for _, bad := range []string{"default", "abandoned", "~x", "x~", "a~b~c", "a b~c"} {
-		_, _, ok := ParsePersonalityConsumer(bad)
+		_, _, ok := protocol.ParsePersonalityConsumer(bad)
 		require.False(t, ok, bad)
 	}
 }
