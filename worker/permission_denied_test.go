@@ -102,16 +102,20 @@ func TestResultPublishPermissionDeniedIsDeadLetteredAtOnce(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	cons, err := js.Consumer(ctxT(t), e.names.CallsStream(), "default")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	// One consumer per personality (scheduling): each delivered its call
+	// once and waits for no ack.
+	for _, personality := range []string{"denied", "allowed"} {
+		cons, err := js.Consumer(ctxT(t), e.names.CallsStream(), protocol.PersonalityConsumer("default", personality))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			ci, err := cons.Info(ctxT(t))
+			return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
+		}, 30*time.Second, 50*time.Millisecond)
 		ci, err := cons.Info(ctxT(t))
-		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
-	}, 30*time.Second, 50*time.Millisecond)
-	ci, err := cons.Info(ctxT(t))
-	require.NoError(t, err)
-	require.Equal(t, uint64(2), ci.Delivered.Consumer, "two calls, one delivery each")
-	require.Zero(t, ci.NumRedelivered)
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), ci.Delivered.Consumer, "one call of %s, one delivery", personality)
+		require.Zero(t, ci.NumRedelivered)
+	}
 
 	require.Zero(t, e.resultsOn("refused", "refused"), "no result stored for the refused call")
 	dead2, err := e.conn.Messages(ctxT(t), e.names.DLQStream(), e.names.Prefix()+".dlq.>")

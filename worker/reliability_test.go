@@ -397,10 +397,10 @@ func TestLeaseBucketGoneForGoodAbandonsTheHeldResult(t *testing.T) {
 	require.GreaterOrEqual(t, r.DurationMS, ackWait.Milliseconds(), "duration_ms is the run's: the tool was held past AckWait")
 	require.Empty(t, r.Value)
 
-	// Acked: the calls stream no longer holds the call, and the pool's
-	// consumer has nothing pending or unacknowledged.
+	// Acked: the calls stream no longer holds the call, and its
+	// personality's consumer has nothing pending or unacknowledged.
 	e.waitCallsDrained()
-	cons, err := js.Consumer(ctxT(t), e.names.CallsStream(), "default")
+	cons, err := js.Consumer(ctxT(t), e.names.CallsStream(), protocol.PersonalityConsumer("default", "default"))
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		info, err := cons.Info(ctxT(t))

@@ -15,6 +15,7 @@ import (
 	"github.com/capstanhq/capstan/worker/internal/catalog"
 	"github.com/capstanhq/capstan/worker/internal/lease"
 	"github.com/capstanhq/capstan/worker/internal/policywatch"
+	"github.com/capstanhq/capstan/worker/internal/sched"
 )
 
 // ResultRetryLimit is how long a worker retries publishing a computed result
@@ -77,14 +78,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.open(ctx, startCtx, &undo); err != nil {
 		return err
 	}
-	cons, err := w.listen(ctx, startCtx, &undo)
+	sc, err := w.listen(ctx, startCtx, &undo)
 	if err != nil {
 		return err
 	}
 	w.mcp.Await(ctx)
 	w.log.InfoContext(ctx, "worker ready", "worker_id", w.cfg.WorkerID, "pool", w.cfg.Pool, "tools", len(w.tools.All()), "concurrency", w.cfg.Concurrency)
 	close(w.ready)
-	w.serve(ctx, cons)
+	w.serve(ctx, sc)
 	return nil
 }
 
@@ -173,8 +174,8 @@ func (w *Worker) open(ctx, startCtx context.Context, undo *cleanup) (err error) 
 
 // listen subscribes to cancel requests, binds the pool's consumers, builds
 // the calls' executor services, and starts the registration heartbeat and
-// the handling of abandoned calls. It returns the pool's consumer.
-func (w *Worker) listen(ctx, startCtx context.Context, undo *cleanup) (*bus.PoolConsumer, error) {
+// the handling of abandoned calls. It returns the pool's scheduler.
+func (w *Worker) listen(ctx, startCtx context.Context, undo *cleanup) (*sched.Scheduler, error) {
 	requests := &cancelbook.Requests{Book: w.inflight, Names: w.names, Store: w.kv.cancels, OpCtx: w.opCtx, Log: w.log}
 	cancelSub, err := w.conn.Subscribe(w.names.CancelFilter(), "", requests.Handle)
 	if err != nil {
@@ -192,13 +193,25 @@ func (w *Worker) listen(ctx, startCtx context.Context, undo *cleanup) (*bus.Pool
 	if err != nil {
 		return nil, err
 	}
-	cons, err := w.conn.PoolConsumer(startCtx, w.cfg.Pool, w.cfg.MaxDeliver, w.cfg.AckWait)
-	if err != nil {
+	// The pool's consumer of the versions before scheduling overlaps every
+	// personality's: it goes, and the calls it held are delivered by
+	// the personalities' consumers (scheduling.md).
+	if retired, err := w.conn.RetirePoolConsumer(startCtx, w.cfg.Pool); err != nil {
+		return nil, err
+	} else if retired {
+		w.log.InfoContext(ctx, "the pool's single consumer is replaced by one consumer per personality (scheduling)", "pool", w.cfg.Pool)
+	}
+	// The default personality's consumer now: a worker whose MaxDeliver
+	// or AckWait differ from the pool's stops here, naming them; the other
+	// personalities' consumers open as their calls come.
+	if _, err := w.conn.PersonalityConsumer(startCtx, w.cfg.Pool, w.cfg.DefaultPersonality, w.cfg.MaxDeliver, w.cfg.AckWait,
+		w.schedPolicy(w.cfg.DefaultPersonality).MaxConcurrency); err != nil {
 		return nil, err
 	}
-	w.timing = cons.Timing()
+	w.timing = bus.Timing{AckWait: w.cfg.AckWait}
 	w.exec = callexec.New(w.execDeps())
-	unobserve, err := w.obs.Gauges(cons, w.conn, w.secrets, w.cfg.Concurrency)
+	sc := w.scheduler()
+	unobserve, err := w.obs.Gauges(sc, w.conn, w.secrets, w.cfg.Concurrency)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +220,7 @@ func (w *Worker) listen(ctx, startCtx context.Context, undo *cleanup) (*bus.Pool
 	abandonDone := make(chan struct{})
 	go func() { defer close(abandonDone); w.exec.HandleAbandoned(ctx, abandoned) }()
 	undo.add(func() { <-abandonDone })
-	return cons, nil
+	return sc, nil
 }
 
 // execDeps is what every call's executor shares (callexec.Deps).
@@ -236,21 +249,73 @@ func (w *Worker) execDeps() callexec.Deps {
 // goroutines, one per slot, until ctx ends; then drains. A goroutine
 // started per call grows its stack from the start on every call, which
 // cost a tenth of the worker's CPU at saturation (docs/benchmarks.md).
-func (w *Worker) serve(ctx context.Context, cons *bus.PoolConsumer) {
-	w.work = make(chan *bus.Msg)
+func (w *Worker) serve(ctx context.Context, sc *sched.Scheduler) {
+	w.work = make(chan delivery)
 	var handlers sync.WaitGroup
 	for range w.cfg.Concurrency {
 		handlers.Go(func() {
-			for m := range w.work {
-				w.exec.Handle(m)
+			for d := range w.work {
+				w.exec.Handle(d.m)
+				d.done()
 			}
 		})
 	}
-	w.pull(ctx, cons)
+	sc.Run(ctx)
 	w.drain()
 	close(w.work)
 	handlers.Wait()
 	w.runners.Close()
+}
+
+// delivery is a fetched call and the scheduler's function to call once
+// its handler is through with it.
+type delivery struct {
+	m    *bus.Msg
+	done func()
+}
+
+// scheduler returns the pool's scheduler (scheduling.md): one consumer
+// per personality, pulled for the free slots by priority and weight.
+func (w *Worker) scheduler() *sched.Scheduler {
+	return sched.New(sched.Config{
+		Slots: w.slots,
+		Deliver: func(m *bus.Msg, done func()) {
+			w.calls.Add(1)
+			// A handler is free or about to be: every fetched call holds
+			// one of the slots, and there is a handler per slot.
+			w.work <- delivery{m: m, done: done}
+		},
+		Bus:    schedBus{w: w},
+		Policy: w.schedPolicy,
+		Known:  w.policies.IDs,
+		Log:    w.log,
+	})
+}
+
+// schedBus is the bus as the scheduler asks it for the worker's pool.
+type schedBus struct{ w *Worker }
+
+func (b schedBus) Lane(ctx context.Context, personality string, maxInFlight int) (sched.Consumer, error) {
+	ctx, cancel := b.w.opCtx()
+	defer cancel()
+	return b.w.conn.PersonalityConsumer(ctx, b.w.cfg.Pool, personality, b.w.cfg.MaxDeliver, b.w.cfg.AckWait, maxInFlight)
+}
+
+func (b schedBus) Waiting(ctx context.Context) (map[string]uint64, error) {
+	ctx, cancel := b.w.opCtx()
+	defer cancel()
+	return b.w.conn.WaitingByPersonality(ctx, b.w.cfg.Pool)
+}
+
+// schedPolicy is a personality's scheduling as the worker's view of the
+// bucket holds it; the defaults for one it does not know or that is
+// invalid (its calls are refused anyway).
+func (w *Worker) schedPolicy(id string) sched.Policy {
+	p, err := w.policies.Get(id)
+	if err != nil {
+		return sched.DefaultPolicy
+	}
+	return sched.Policy{Priority: p.Scheduling.Priority, Weight: p.Scheduling.Weight, MaxConcurrency: p.Scheduling.MaxConcurrency}
 }
 
 // opCtx bounds one bus operation of the worker (callexec.OpTimeout, and
@@ -296,49 +361,6 @@ func (w *Worker) openBuckets(ctx context.Context) error {
 		*b.dst = kv
 	}
 	return nil
-}
-
-// pull fetches only as many calls as there are free slots, until ctx is done.
-func (w *Worker) pull(ctx context.Context, cons *bus.PoolConsumer) {
-	backoff := 100 * time.Millisecond
-	for {
-		// Wait for one free slot, then take every other free one.
-		select {
-		case w.slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		n := 1
-	more:
-		for n < cap(w.slots) {
-			select {
-			case w.slots <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
-		got, err := cons.Fetch(ctx, n, time.Second, func(m *bus.Msg) {
-			w.calls.Add(1)
-			// A handler is free or about to be: every fetched call holds
-			// one of the slots, and there is a handler per slot.
-			w.work <- m
-		})
-		for range n - got {
-			<-w.slots
-		}
-		if err != nil && ctx.Err() == nil {
-			w.log.WarnContext(ctx, "fetch failed", "error", err)
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return
-			}
-			backoff = min(backoff*2, 5*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-	}
 }
 
 // drain waits up to ShutdownGrace for running calls, then cancels the rest

@@ -63,7 +63,7 @@ type Worker struct {
 	audits auditlog.Log
 	slots  chan struct{}
 	// work hands fetched calls to the handler goroutines, one per slot.
-	work   chan *bus.Msg
+	work   chan delivery
 	timing bus.Timing
 	leases *lease.Leases
 	calls  sync.WaitGroup

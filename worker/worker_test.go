@@ -305,7 +305,7 @@ func TestConcurrencyBoundsRunningCalls(t *testing.T) {
 		e.call(protocol.Call{CallID: id, BatchID: "conc", Tool: "slow"})
 	}
 	require.Eventually(t, func() bool { return running.Load() == 3 }, 20*time.Second, 10*time.Millisecond)
-	cons, err := e.conn.PoolConsumer(ctxT(t), "default", 5, bus.DefaultAckWait)
+	cons, err := e.conn.PersonalityConsumer(ctxT(t), "default", "default", 5, bus.DefaultAckWait, 0)
 	require.NoError(t, err)
 	_, unacked, err := cons.Pending(ctxT(t))
 	require.NoError(t, err)

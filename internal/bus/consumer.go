@@ -19,7 +19,10 @@ type Msg struct {
 	StreamSeq  uint64
 	Deliveries uint64
 	Time       time.Time
-	m          jetstream.Msg
+	// Pending is how many messages the consumer still held for delivery
+	// after this one (the delivery's metadata).
+	Pending uint64
+	m       jetstream.Msg
 }
 
 func newMsg(m jetstream.Msg) *Msg {
@@ -28,6 +31,7 @@ func newMsg(m jetstream.Msg) *Msg {
 		out.StreamSeq = md.Sequence.Stream
 		out.Deliveries = md.NumDelivered
 		out.Time = md.Timestamp
+		out.Pending = md.NumPending
 	}
 	return out
 }
@@ -77,10 +81,15 @@ func (c *Conn) PoolConsumerConfig(pool string, maxDeliver int, ackWait time.Dura
 	if ackWait < MinAckWait {
 		return jetstream.ConsumerConfig{}, fmt.Errorf("ack wait must be at least %s, got %s", MinAckWait, ackWait)
 	}
+	return consumerConfig(pool, "Capstan pool "+pool, filter, maxDeliver, ackWait), nil
+}
+
+// consumerConfig is the configuration of a durable consumer of calls.
+func consumerConfig(name, desc, filter string, maxDeliver int, ackWait time.Duration) jetstream.ConsumerConfig {
 	t := Timing{AckWait: ackWait}
 	return jetstream.ConsumerConfig{
-		Durable:       pool,
-		Description:   "Capstan pool " + pool,
+		Durable:       name,
+		Description:   desc,
 		FilterSubject: filter,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
@@ -96,7 +105,7 @@ func (c *Conn) PoolConsumerConfig(pool string, maxDeliver int, ackWait time.Dura
 			"capstan_lease_held_retry": t.Heartbeat().String(),
 			protocol.MetadataProtocol:  protocol.Version,
 		},
-	}, nil
+	}
 }
 
 // PoolConsumer creates (or binds to) the pool's durable consumer. An existing
@@ -192,7 +201,7 @@ func (p *PoolConsumer) Fetch(ctx context.Context, n int, wait time.Duration, fn 
 		got++
 		fn(newMsg(m))
 	}
-	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) {
+	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) && !isMaxAckPending(err) {
 		return got, fmt.Errorf("bus: fetch: %w", err)
 	}
 	return got, nil

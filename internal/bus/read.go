@@ -297,17 +297,26 @@ type MaxDeliveries struct {
 	Deliveries uint64 `json:"deliveries"`
 }
 
-// AbandonedConsumer is a pool's durable consumer of the max-deliveries
-// advisories of its calls (stream <P>_ADVISORIES). Advisories wait there
-// until a worker of the pool handles and acks them.
+// AbandonedConsumer is the durable consumer of the max-deliveries
+// advisories of every call consumer (stream <P>_ADVISORIES), shared by the
+// workers of every pool: each personality of a pool has a consumer of its
+// own (scheduling.md), whose name is one token, so no filter can select one
+// pool's advisories; handling an abandoned call needs nothing of its pool.
+// Advisories wait there until a worker handles and acks them. The
+// consumer of a pool of the versions before scheduling
+// ("abandoned_<pool>", whose filter overlaps this one's) is deleted first;
+// the advisories it held stay in the stream for this one.
 func (c *Conn) AbandonedConsumer(ctx context.Context, pool string) (*PoolConsumer, error) {
 	if err := protocol.CheckToken("pool", pool); err != nil {
 		return nil, err
 	}
+	if _, err := c.retireConsumer(ctx, c.advisoriesStream(), "abandoned_"+pool, maxDeliveriesSubject(c.names.CallsStream(), pool)); err != nil {
+		return nil, err
+	}
 	cfg := jetstream.ConsumerConfig{
-		Durable:       "abandoned_" + pool,
-		Description:   "Capstan: abandoned calls of pool " + pool,
-		FilterSubject: maxDeliveriesSubject(c.names.CallsStream(), pool),
+		Durable:       "abandoned",
+		Description:   "Capstan: abandoned calls of every pool",
+		FilterSubject: maxDeliveriesSubject(c.names.CallsStream(), "*"),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       DefaultAckWait,
 		MaxDeliver:    -1,
@@ -319,7 +328,7 @@ func (c *Conn) AbandonedConsumer(ctx context.Context, pool string) (*PoolConsume
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("bus: abandoned-calls consumer %s: %w", pool, err)
+		return nil, fmt.Errorf("bus: abandoned-calls consumer: %w", err)
 	}
 	return &PoolConsumer{cons: cons, name: cfg.Durable}, nil
 }

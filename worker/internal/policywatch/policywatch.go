@@ -233,6 +233,17 @@ func (ps *Watch) Get(id string) (*capability.Personality, error) {
 	return e.p, nil
 }
 
+// IDs returns the ids of every personality the view holds, valid or not.
+func (ps *Watch) IDs() []string {
+	ps.mu.RLock()
+	defer ps.mu.RUnlock()
+	ids := make([]string, 0, len(ps.docs))
+	for id := range ps.docs {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // Store is the personalities bucket, as the loader reads and writes it.
 type Store interface {
 	Get(ctx context.Context, key string) (bus.Entry, bool, error)

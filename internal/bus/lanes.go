@@ -1,0 +1,212 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The scheduler's consumers (scheduling.md): each personality of a pool has
+// a durable pull consumer of its own on the calls stream, named
+// protocol.PersonalityConsumer(pool, personality) and filtered on
+// <p>.call.<pool>.<personality>.>. Their filters never overlap, which the
+// work-queue calls stream requires, so every call is delivered by exactly
+// one of them; MaxAckPending carries the personality's max_concurrency, so
+// the server caps its calls in flight across every worker.
+
+// PersonalityConsumer creates, binds or updates the durable consumer of one
+// personality's calls in a pool. maxInFlight is the personality's
+// max_concurrency (0 = no cap: MaxAckPending); an existing consumer whose
+// cap differs is updated, one whose filter, ack policy, max deliver or ack
+// wait differ is reported as incompatible.
+func (c *Conn) PersonalityConsumer(ctx context.Context, pool, personality string, maxDeliver int, ackWait time.Duration, maxInFlight int) (*PoolConsumer, error) {
+	filter, err := c.names.PersonalityFilter(pool, personality)
+	if err != nil {
+		return nil, err
+	}
+	if maxDeliver < 1 {
+		return nil, fmt.Errorf("max deliver must be at least 1, got %d", maxDeliver)
+	}
+	if ackWait < MinAckWait {
+		return nil, fmt.Errorf("ack wait must be at least %s, got %s", MinAckWait, ackWait)
+	}
+	if maxInFlight < 0 {
+		return nil, fmt.Errorf("max in flight must not be negative, got %d", maxInFlight)
+	}
+	name := protocol.PersonalityConsumer(pool, personality)
+	cfg := consumerConfig(name, "Capstan pool "+pool+", personality "+personality, filter, maxDeliver, ackWait)
+	cfg.MaxAckPending = MaxAckPending
+	if maxInFlight > 0 {
+		cfg.MaxAckPending = maxInFlight
+	}
+	stream := c.names.CallsStream()
+	var cons jetstream.Consumer
+	existing := false
+	err = c.den.guard(ctx, apiConsumer(stream), func(ctx context.Context) (err error) {
+		cons, err = c.js.CreateConsumer(ctx, stream, cfg)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return err
+		}
+		existing = true
+		if cons, err = c.js.Consumer(ctx, stream, name); err != nil {
+			return fmt.Errorf("read the existing consumer: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: create consumer %s: %w", name, err)
+	}
+	if existing {
+		have := cons.CachedInfo().Config
+		var reasons []string
+		if have.FilterSubject != cfg.FilterSubject {
+			reasons = append(reasons, fmt.Sprintf("filter is %q, want %q", have.FilterSubject, cfg.FilterSubject))
+		}
+		if have.AckPolicy != cfg.AckPolicy {
+			reasons = append(reasons, fmt.Sprintf("ack policy is %s, want explicit", have.AckPolicy))
+		}
+		if have.MaxDeliver != cfg.MaxDeliver {
+			reasons = append(reasons, fmt.Sprintf("max deliver is %d, want %d (CAPSTAN_MAX_DELIVER must be the same on every worker of a pool)", have.MaxDeliver, cfg.MaxDeliver))
+		}
+		if have.AckWait != cfg.AckWait {
+			reasons = append(reasons, fmt.Sprintf("ack wait is %s, want %s (CAPSTAN_ACK_WAIT must be the same on every worker of a pool)", have.AckWait, cfg.AckWait))
+		}
+		if len(reasons) > 0 {
+			return nil, &IncompatibleError{Kind: "consumer", Name: stream + "/" + name, Reasons: reasons}
+		}
+		if have.MaxAckPending != cfg.MaxAckPending {
+			upd := have
+			upd.MaxAckPending = cfg.MaxAckPending
+			upd.Metadata = maps.Clone(cfg.Metadata)
+			err = c.den.guard(ctx, apiConsumer(stream), func(ctx context.Context) (err error) {
+				cons, err = c.js.UpdateConsumer(ctx, stream, upd)
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("bus: set the concurrency cap of consumer %s to %d: %w", name, maxInFlight, err)
+			}
+		}
+	}
+	return &PoolConsumer{cons: cons, name: name, timing: Timing{AckWait: cfg.AckWait}}, nil
+}
+
+// FetchNoWait pulls at most n calls that are waiting now and passes each
+// to fn; it does not wait for more. It returns how many it passed; fewer
+// than n means the consumer had no more to give (none waiting, or its cap
+// of calls in flight reached: capped then reports the latter).
+func (p *PoolConsumer) FetchNoWait(ctx context.Context, n int, fn func(*Msg)) (got int, capped bool, err error) {
+	if n <= 0 {
+		return 0, false, nil
+	}
+	batch, err := p.cons.FetchNoWait(n)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, false, ctx.Err()
+		}
+		return 0, false, fmt.Errorf("bus: fetch: %w", err)
+	}
+	for m := range batch.Messages() {
+		got++
+		fn(newMsg(m))
+	}
+	switch err := batch.Error(); {
+	case err == nil, errors.Is(err, jetstream.ErrNoMessages), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case isMaxAckPending(err):
+		return got, true, nil
+	default:
+		return got, false, fmt.Errorf("bus: fetch: %w", err)
+	}
+	return got, false, nil
+}
+
+// Name is the consumer's durable name.
+func (p *PoolConsumer) Name() string { return p.name }
+
+// WaitingByPersonality returns, per personality, how many calls of the pool
+// the calls stream holds (waiting or in flight, not yet acknowledged): the
+// stream's information with the subjects filter <p>.call.<pool>.*.*, one
+// subject per personality and tool. Personalities with none are left out.
+func (c *Conn) WaitingByPersonality(ctx context.Context, pool string) (map[string]uint64, error) {
+	filter, err := c.names.PoolWaitingFilter(pool)
+	if err != nil {
+		return nil, err
+	}
+	stream := c.names.CallsStream()
+	out := map[string]uint64{}
+	prefix := c.names.Prefix() + ".call." + pool + "."
+	err = c.den.guard(ctx, []string{"$JS.API.STREAM.INFO." + stream}, func(ctx context.Context) error {
+		s, err := c.js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			return err
+		}
+		for subject, n := range info.State.Subjects {
+			rest, ok := strings.CutPrefix(subject, prefix)
+			if !ok || n == 0 {
+				continue
+			}
+			personality, _, _ := strings.Cut(rest, ".")
+			out[personality] += n
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: calls waiting in pool %s: %w", pool, err)
+	}
+	return out, nil
+}
+
+// RetirePoolConsumer deletes the pool's single consumer of protocol
+// versions before scheduling (durable <pool>, filter <p>.call.<pool>.>),
+// whose filter overlaps every personality's: the calls it held stay in the
+// work-queue stream and are delivered by the personalities' consumers. It
+// reports whether there was one.
+func (c *Conn) RetirePoolConsumer(ctx context.Context, pool string) (bool, error) {
+	filter, err := c.names.PoolFilter(pool)
+	if err != nil {
+		return false, err
+	}
+	return c.retireConsumer(ctx, c.names.CallsStream(), pool, filter)
+}
+
+// retireConsumer deletes consumer name of stream when its filter is filter.
+func (c *Conn) retireConsumer(ctx context.Context, stream, name, filter string) (bool, error) {
+	deleted := false
+	err := c.den.guard(ctx, apiConsumer(stream), func(ctx context.Context) error {
+		cons, err := c.js.Consumer(ctx, stream, name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if cons.CachedInfo().Config.FilterSubject != filter {
+			return nil
+		}
+		if err := c.js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return err
+		}
+		deleted = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("bus: retire consumer %s of %s: %w", name, stream, err)
+	}
+	return deleted, nil
+}
+
+// isMaxAckPending reports the server's refusal of a pull while the
+// consumer has its cap of unacknowledged messages out ("409 Exceeded
+// MaxAckPending").
+func isMaxAckPending(err error) bool {
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), "maxackpending")
+}

@@ -1,0 +1,300 @@
+package sched
+
+import (
+	"cmp"
+	"context"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// cappedRetry is how long a lane at its cap of calls in flight is left
+// alone, unless one of this worker's calls of it ends first.
+const cappedRetry = 50 * time.Millisecond
+
+// errorBackoff spaces the warnings and retries of failing bus operations.
+const errorBackoff = time.Second
+
+// discoverIfDue reads the calls stream's counts per personality when
+// discovery is due: lanes with calls are marked as having calls waiting,
+// personalities without a lane get one, and every lane's policy is read
+// again (a changed cap updates its consumer).
+func (s *Scheduler) discoverIfDue(ctx context.Context) {
+	now := time.Now()
+	s.mu.Lock()
+	if now.Before(s.discover) {
+		s.mu.Unlock()
+		return
+	}
+	busy := false
+	for _, l := range s.lanes {
+		busy = busy || l.pending
+	}
+	s.discover = now.Add(s.cfg.IdleDiscovery)
+	if busy {
+		s.discover = now.Add(s.cfg.BusyDiscovery)
+	}
+	s.mu.Unlock()
+
+	counts, err := s.cfg.Bus.Waiting(ctx)
+	if err != nil {
+		s.warn(ctx, "cannot read which personalities have calls waiting", err)
+		return
+	}
+	s.mu.Lock()
+	var refresh []string
+	for p, l := range s.lanes {
+		if pol := s.policy(p); pol != l.pol {
+			if pol.MaxConcurrency != l.pol.MaxConcurrency {
+				refresh = append(refresh, p)
+			}
+			l.pol = pol
+		}
+	}
+	for p, n := range counts {
+		if l, ok := s.lanes[p]; ok {
+			if n > uint64(l.running) && !l.pending {
+				s.activate(l)
+			}
+			continue
+		}
+		refresh = append(refresh, p)
+	}
+	if s.cfg.Known != nil {
+		// Personalities of the policy get a lane before their first
+		// call, so that call finds a poll waiting for it.
+		for _, p := range s.cfg.Known() {
+			if _, ok := s.lanes[p]; !ok && !slices.Contains(refresh, p) {
+				refresh = append(refresh, p)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range refresh {
+		s.ensureLane(ctx, p)
+	}
+}
+
+// policy returns p's policy with its values in range.
+func (s *Scheduler) policy(p string) Policy {
+	pol := s.cfg.Policy(p)
+	pol.Priority = cmp.Or(pol.Priority, DefaultPolicy.Priority)
+	pol.Weight = max(pol.Weight, 1)
+	pol.MaxConcurrency = max(pol.MaxConcurrency, 0)
+	return pol
+}
+
+// ensureLane creates p's lane, or updates its consumer's cap.
+func (s *Scheduler) ensureLane(ctx context.Context, p string) {
+	pol := s.policy(p)
+	cons, err := s.cfg.Bus.Lane(ctx, p, pol.MaxConcurrency)
+	if err != nil {
+		s.warn(ctx, "cannot open the calls consumer of personality "+p, err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.lanes[p]; ok {
+		l.cons, l.pol = cons, pol
+		return
+	}
+	l := &lane{personality: p, cons: cons, pol: pol}
+	s.lanes[p] = l
+	s.activate(l)
+	if len(s.lanes) > maxLanes {
+		s.cfg.Log.WarnContext(ctx, "more personalities with calls than the scheduler serves well", "lanes", len(s.lanes), "max", maxLanes)
+	}
+}
+
+// maxLanes is the number of lanes past which the scheduler warns: each lane
+// is a consumer on the server and a poll or a pull on every round.
+const maxLanes = 10000
+
+// activate marks l as having calls waiting. A lane that was idle starts
+// from the smallest pass of the lanes of its priority with calls waiting,
+// so an idle lane banks no credit. s.mu is held.
+func (s *Scheduler) activate(l *lane) {
+	low := math.Inf(1)
+	for _, o := range s.lanes {
+		if o != l && o.pending && o.pol.Priority == l.pol.Priority {
+			low = min(low, o.pass)
+		}
+	}
+	if !math.IsInf(low, 1) {
+		l.pass = max(l.pass, low)
+	}
+	l.pending = true
+}
+
+// grant is a number of calls to pull from a lane.
+type grant struct {
+	l *lane
+	n int
+}
+
+// plan shares n slots among the lanes with calls waiting: the lowest
+// priority number only, and there one slot at a time to the lane whose pass
+// (advanced by 1/weight for each slot it is given) is smallest.
+func (s *Scheduler) plan(n int) []grant {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ready []*lane
+	top := math.MaxInt
+	for _, l := range s.lanes {
+		if !l.pending || now.Before(l.capped) {
+			continue
+		}
+		switch {
+		case l.pol.Priority < top:
+			top, ready = l.pol.Priority, append(ready[:0], l)
+		case l.pol.Priority == top:
+			ready = append(ready, l)
+		}
+	}
+	if len(ready) == 0 {
+		return nil
+	}
+	slices.SortFunc(ready, func(a, b *lane) int { return cmp.Compare(a.personality, b.personality) })
+	pass := make([]float64, len(ready))
+	given := make([]int, len(ready))
+	for i, l := range ready {
+		pass[i] = l.pass
+	}
+	for range n {
+		best := 0
+		for i := range ready {
+			if pass[i] < pass[best] {
+				best = i
+			}
+		}
+		given[best]++
+		pass[best] += 1 / float64(max(ready[best].pol.Weight, 1))
+	}
+	out := make([]grant, 0, len(ready))
+	for i, l := range ready {
+		if given[i] > 0 {
+			out = append(out, grant{l: l, n: given[i]})
+		}
+	}
+	return out
+}
+
+// fetchNow pulls the plan's calls that are waiting now, from every lane at
+// once, and returns how many it delivered. A lane that gave fewer than
+// asked has none waiting (or is at its cap).
+func (s *Scheduler) fetchNow(ctx context.Context, plan []grant) int {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	for _, g := range plan {
+		wg.Go(func() {
+			got, capped, err := g.l.cons.FetchNoWait(ctx, g.n, s.deliverer(g.l))
+			s.mu.Lock()
+			switch {
+			case capped:
+				g.l.capped = time.Now().Add(cappedRetry)
+			case got < g.n && err == nil:
+				g.l.pending, g.l.waiting = false, 0
+			}
+			s.mu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				s.warn(ctx, "fetch failed for personality "+g.l.personality, err)
+			}
+			mu.Lock()
+			total += got
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return total
+}
+
+// pollPlan shares n slots among the lanes not polling yet, at least one
+// slot each, the lanes that started calls most recently first: their
+// polls wait for calls. It returns nothing when every lane polls.
+func (s *Scheduler) pollPlan(n int) []grant {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var free []*lane
+	for _, l := range s.lanes {
+		// A lane with calls waiting is at its cap (plan took the others):
+		// a poll would only be refused.
+		if !l.polling && !l.pending {
+			free = append(free, l)
+		}
+	}
+	if len(free) == 0 {
+		return nil
+	}
+	last := func(l *lane) time.Time {
+		if len(l.starts) == 0 {
+			return time.Time{}
+		}
+		return l.starts[len(l.starts)-1]
+	}
+	slices.SortFunc(free, func(a, b *lane) int {
+		if c := last(b).Compare(last(a)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.personality, b.personality)
+	})
+	free = free[:min(len(free), n)]
+	out := make([]grant, len(free))
+	for i, l := range free {
+		l.polling = true
+		out[i] = grant{l: l, n: n / len(free)}
+		if i < n%len(free) {
+			out[i].n++
+		}
+	}
+	return out
+}
+
+// startPolls starts a long-poll pull for every grant; each gives back the
+// slots it did not fill when it ends. n is the slots the grants share.
+func (s *Scheduler) startPolls(ctx context.Context, polls []grant, n int) {
+	wait := s.cfg.IdleWait
+	s.mu.Lock()
+	if len(s.lanes) > 1 {
+		wait = s.cfg.SharedIdleWait
+	}
+	s.mu.Unlock()
+	given := 0
+	for _, g := range polls {
+		given += g.n
+		s.polls.Go(func() {
+			got, err := g.l.cons.Fetch(ctx, g.n, wait, s.deliverer(g.l))
+			s.release(g.n - got)
+			s.mu.Lock()
+			g.l.polling = false
+			s.mu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				s.warn(ctx, "fetch failed for personality "+g.l.personality, err)
+			}
+			s.signal()
+		})
+	}
+	s.release(n - given)
+}
+
+// warn logs a failing bus operation at most once per errorBackoff and
+// pauses the caller as long, so a bus that is down is not asked in a loop.
+func (s *Scheduler) warn(ctx context.Context, msg string, err error) {
+	s.mu.Lock()
+	quiet := time.Since(s.lastError) < errorBackoff
+	if !quiet {
+		s.lastError = time.Now()
+	}
+	s.mu.Unlock()
+	if !quiet {
+		s.cfg.Log.WarnContext(ctx, msg, "error", err)
+	}
+	t := time.NewTimer(errorBackoff / 10)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
