@@ -195,6 +195,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("id: a\nrate_limits: {t: {requests: 3, window: 1d12h}}\nbudget: {result_chars: 10}"), "")
 	f.Add([]byte("id: a\nsecrets: {allow: ['a/*'], send_to: {'a/*': ['x.com', '127.0.0.1:*'], 'b': []}}"), "")
 	f.Add([]byte("id: a\nprocess: {limits: {memory: 64MiB, pids: 16, cpu: 0.5, tmp: 1MiB}}"), "")
+	f.Add([]byte("id: a\nscheduling: {priority: 1, weight: 10, max_concurrency: 4}"), "")
+	f.Add([]byte("id: a\nscheduling: {priority: 2.5, weight: '3', max_concurrency: -1, burst: true}"), "")
 	f.Fuzz(func(t *testing.T, data []byte, home string) {
 		p, err := Parse(data, Env{Home: home})
 		p2, err2 := Parse(data, Env{Home: home})
@@ -240,5 +242,10 @@ func FuzzParse(f *testing.F) {
 		n, err := ParseTmp(l.TmpText)
 		require.NoError(t, err)
 		require.Equal(t, l.TmpBytes, n, "the tmp text parses back")
+		s := p.Scheduling
+		require.Equal(t, s, s.WithDefaults(), "a parsed scheduling has every default filled in")
+		require.True(t, s.Priority >= MinPriority && s.Priority <= MaxPriority, "priority %d", s.Priority)
+		require.True(t, s.Weight >= MinWeight && s.Weight <= MaxWeight, "weight %d", s.Weight)
+		require.GreaterOrEqual(t, s.MaxConcurrency, 0)
 	})
 }

@@ -64,6 +64,10 @@ type Personality struct {
 	// ProcessLimits are process.limits, with the defaults for what the
 	// document does not set.
 	ProcessLimits ProcessLimits
+	// Scheduling is the scheduling section: priority, weight and
+	// max_concurrency, with the defaults (DefaultScheduling) for what the
+	// document does not set.
+	Scheduling Scheduling
 	// RateLimits maps a tool name to its fleet-wide rate limit.
 	RateLimits map[string]RateLimit
 	// BudgetChars is budget.result_chars, DefaultBudgetChars when absent.

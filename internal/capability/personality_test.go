@@ -25,6 +25,7 @@ safety:
     allow_private_urls: false
 secrets: {allow: ["providers/github/*"]}
 process: {allow: [git, ls], limits: {memory: 512MiB, pids: 128, cpu: 1.5, tmp: 64MiB}}
+scheduling: {priority: 2, weight: 5, max_concurrency: 8}
 rate_limits:
   fetch_url: {requests: 100, window: 1h}
   terminal: {requests: 5, window: 7d}
@@ -50,6 +51,7 @@ func TestParseFullDocument(t *testing.T) {
 		Secrets:       &Ceiling{Allow: []string{"providers/github/*"}},
 		Process:       &Ceiling{Allow: []string{"git", "ls"}},
 		ProcessLimits: ProcessLimits{MemoryBytes: 512 << 20, MemoryText: "512MiB", Pids: 128, CPU: 1.5, TmpBytes: 64 << 20, TmpText: "64MiB"},
+		Scheduling:    Scheduling{Priority: 2, Weight: 5, MaxConcurrency: 8},
 		RateLimits: map[string]RateLimit{
 			"fetch_url": {Requests: 100, Window: time.Hour, WindowText: "1h"},
 			"terminal":  {Requests: 5, Window: 7 * 24 * time.Hour, WindowText: "7d"},
@@ -97,7 +99,7 @@ func TestParseMinimalAndJSON(t *testing.T) {
 	t.Parallel()
 	p, err := Parse([]byte(`id: min`), Env{})
 	require.NoError(t, err)
-	require.Equal(t, &Personality{ID: "min", BudgetChars: 80000, ProcessLimits: DefaultProcessLimits()}, p)
+	require.Equal(t, &Personality{ID: "min", BudgetChars: 80000, ProcessLimits: DefaultProcessLimits(), Scheduling: DefaultScheduling()}, p)
 	require.Nil(t, p.Toolset, "absent toolset is nil")
 
 	p, err = Parse([]byte(`{"id":"j","toolset":[],"safety":{"network":{"allow":["*"],"allow_private_urls":true}},"process":{"allow":[]},"mcp_servers":null}`), Env{})
