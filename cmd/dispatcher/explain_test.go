@@ -56,6 +56,7 @@ secrets:
 process:
   allow: [git, ls]
   limits: {memory: 512MiB, pids: 64, cpu: 1.5}
+scheduling: {priority: 1, weight: 10, max_concurrency: 4}
 rate_limits:
   gh: {requests: 100, window: 1h}
 budget: {result_chars: 50000, blobs: false}
@@ -66,6 +67,7 @@ const explainWant = `personality researcher may call 4 of 6 tools
 
 echo: allowed
   reach          nothing external (no capabilities declared)
+  scheduling     priority 1, weight 10, max_concurrency 4
   result budget  50000 chars (personality 50000)
   blobs          forbidden by the personality (budget.blobs: false)
 
@@ -77,11 +79,13 @@ gh: allowed
   send_to        http/openai -> api.openai.com
                  providers/github/* -> api.github.com
   rate limit     100 calls per 1h (fleet-wide)
+  scheduling     priority 1, weight 10, max_concurrency 4
   result budget  20000 chars (personality 50000, tool at most 20000)
   blobs          forbidden by the personality (budget.blobs: false)
 
 memo: allowed
   storage        kv scope session (session:<session_id>)
+  scheduling     priority 1, weight 10, max_concurrency 4
   result budget  50000 chars (personality 50000)
   blobs          forbidden by the personality (budget.blobs: false)
 
@@ -91,6 +95,7 @@ runner: allowed
   working dir     /srv/agents/researcher
   binaries        git, ls
   process limits  memory 512MiB, pids 64, cpu 1.5, tmp 256MiB
+  scheduling      priority 1, weight 10, max_concurrency 4
   result budget   50000 chars (personality 50000)
   blobs           forbidden by the personality (budget.blobs: false)
 
@@ -155,6 +160,7 @@ func TestExplainCommand(t *testing.T) {
 			"network": null, "fs_reach": null, "secrets": null, "process": null,
 			"storage": {"kind": "kv", "scope": "session", "scope_id": "session:<session_id>", "ttl_seconds_default": 0},
 			"rate_limit": null,
+			"scheduling": {"priority": 1, "weight": 10, "max_concurrency": 4},
 			"budget": {"result_chars": 50000, "personality_result_chars": 50000, "tool_max_result_chars": 0, "blobs_allowed": false}}}]`, stdout)
 		code, stdout, _ = runT(t, env, "", "explain", "weather", "--json", "--personality", "researcher")
 		require.Equal(t, exitOK, code)
@@ -305,6 +311,7 @@ func TestExplainAsATenant(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	require.Equal(t, `fetch_url: allowed
   network        *.github.com
+  scheduling     priority 3, weight 1, no concurrency cap
   result budget  80000 chars (personality 80000, tool at most 100000)
   blobs          allowed
 `, stdout)

@@ -3,6 +3,7 @@ package capability
 import (
 	"encoding/json"
 	"maps"
+	"math"
 	"slices"
 )
 
@@ -102,7 +103,7 @@ func (d *docParser) scheduling(doc map[string]any) Scheduling {
 	}{
 		{"priority", MinPriority, MaxPriority, msgPriority, &s.Priority},
 		{"weight", MinWeight, MaxWeight, msgWeight, &s.Weight},
-		{"max_concurrency", 0, int64(maxInt), msgMaxConcurrency, &s.MaxConcurrency},
+		{"max_concurrency", 0, math.MaxInt, msgMaxConcurrency, &s.MaxConcurrency},
 	} {
 		v, ok := field(obj, f.key)
 		if !ok {
@@ -116,9 +117,6 @@ func (d *docParser) scheduling(doc map[string]any) Scheduling {
 	}
 	return s
 }
-
-// maxInt is the largest int.
-const maxInt = int(^uint(0) >> 1)
 
 // intIn returns v as an int when it is a YAML/JSON integer from lo to hi.
 // Strings ("3"), booleans and fractions (2.5) are not integers; a number

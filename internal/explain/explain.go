@@ -6,6 +6,7 @@ package explain
 
 import (
 	"cmp"
+	"strconv"
 	"strings"
 
 	"github.com/capstanhq/capstan/internal/capability"
@@ -47,7 +48,10 @@ type GrantView struct {
 	Process   *ProcessView   `json:"process"`
 	Storage   *StorageView   `json:"storage"`
 	RateLimit *RateLimitView `json:"rate_limit"`
-	Budget    BudgetView     `json:"budget"`
+	// Scheduling is the personality's scheduling section, the same for
+	// every tool: which of its waiting calls takes the next free slot.
+	Scheduling SchedulingView `json:"scheduling"`
+	Budget     BudgetView     `json:"budget"`
 }
 
 // NetworkView: a request must match one of Hosts and none of Deny.
@@ -103,6 +107,34 @@ type RateLimitView struct {
 	Requests      int    `json:"requests"`
 	Window        string `json:"window"`
 	WindowSeconds int64  `json:"window_seconds"`
+}
+
+// SchedulingView is a personality's scheduling (docs/capabilities.md,
+// "Scheduling"), defaults filled in: Priority 1 (first) to 5 (last), Weight
+// its share of the slots among personalities of one priority with calls
+// waiting, MaxConcurrency its calls running at once in the whole pool (0 =
+// no cap).
+type SchedulingView struct {
+	Priority       int `json:"priority"`
+	Weight         int `json:"weight"`
+	MaxConcurrency int `json:"max_concurrency"`
+}
+
+// Scheduling returns the scheduling view of p, with the defaults
+// (capability.DefaultScheduling) for what it does not set.
+func Scheduling(p *capability.Personality) SchedulingView {
+	s := p.Scheduling.WithDefaults()
+	return SchedulingView{Priority: s.Priority, Weight: s.Weight, MaxConcurrency: s.MaxConcurrency}
+}
+
+// String is the scheduling as explain prints it: "priority 3, weight 1, no
+// concurrency cap", or "..., max_concurrency 4" when capped.
+func (s SchedulingView) String() string {
+	limit := "no concurrency cap"
+	if s.MaxConcurrency > 0 {
+		limit = "max_concurrency " + strconv.Itoa(s.MaxConcurrency)
+	}
+	return "priority " + strconv.Itoa(s.Priority) + ", weight " + strconv.Itoa(s.Weight) + ", " + limit
 }
 
 // BudgetView: ResultChars is what a call that names no budget of its own
@@ -200,6 +232,7 @@ func describeGrant(t *tool.Tool, p *capability.Personality, g *capability.Grant)
 	if lim, ok := p.RateLimits[t.Name]; ok {
 		v.RateLimit = &RateLimitView{Requests: lim.Requests, Window: lim.WindowText, WindowSeconds: int64(lim.Window.Seconds())}
 	}
+	v.Scheduling = Scheduling(p)
 	// As the worker gives a call without result_budget_chars its budget
 	// (toolContext) and trims its result (shapeResult).
 	personal := cmp.Or(p.BudgetChars, protocol.DefaultTurnBudgetChars)

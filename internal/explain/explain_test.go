@@ -36,8 +36,16 @@ process:
   limits: {memory: 512MiB, pids: 64, cpu: 1.5, tmp: 64MiB}
 rate_limits:
   gh: {requests: 100, window: 1h}
+scheduling: {priority: 2, weight: 5, max_concurrency: 4}
 budget: {result_chars: 50000}
 `
+
+// The scheduling views of researcherDoc and of a personality without a
+// scheduling section.
+var (
+	researcherScheduling = SchedulingView{Priority: 2, Weight: 5, MaxConcurrency: 4}
+	defaultScheduling    = SchedulingView{Priority: 3, Weight: 1, MaxConcurrency: 0}
+)
 
 func parsePersonality(t *testing.T, doc string) *capability.Personality {
 	t.Helper()
@@ -69,8 +77,9 @@ func TestExplainTool(t *testing.T) {
 					Raw:    []string{"providers/github/app/key"},
 					SendTo: map[string][]string{"providers/github/*": {"api.github.com"}, "http/openai": {"api.openai.com"}},
 				},
-				RateLimit: &RateLimitView{Requests: 100, Window: "1h", WindowSeconds: 3600},
-				Budget:    BudgetView{ResultChars: 20000, PersonalityResultChars: 50000, ToolMaxResultChars: 20000, BlobsAllowed: true},
+				RateLimit:  &RateLimitView{Requests: 100, Window: "1h", WindowSeconds: 3600},
+				Budget:     BudgetView{ResultChars: 20000, PersonalityResultChars: 50000, ToolMaxResultChars: 20000, BlobsAllowed: true},
+				Scheduling: researcherScheduling,
 			}}},
 		{name: "files: read and write roots, working dir", p: researcher,
 			tool: &tool.Tool{Name: "files", Capabilities: tool.Capabilities{FSReach: &tool.FSReach{
@@ -78,58 +87,67 @@ func TestExplainTool(t *testing.T) {
 			want: Explanation{Tool: "files", Allowed: true, Grant: &GrantView{
 				FSReach: &FSView{Read: []string{"/srv/agents/researcher", "/srv/shared"}, Write: []string{"/srv/agents/researcher/out/reports"},
 					WorkingDir: "/srv/agents/researcher"},
-				Budget: BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Budget:     BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Scheduling: researcherScheduling,
 			}}},
 		{name: "process: binaries under the ceiling and the limits", p: researcher,
 			tool: &tool.Tool{Name: "runner", Capabilities: tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"*"}}}},
 			want: Explanation{Tool: "runner", Allowed: true, Grant: &GrantView{
 				Process: &ProcessView{Binaries: []string{"git", "ls"},
 					Limits: ProcessLimitsView{Memory: "512MiB", MemoryBytes: 512 << 20, Pids: 64, CPU: 1.5, Tmp: "64MiB", TmpBytes: 64 << 20}},
-				Budget: BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Budget:     BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Scheduling: researcherScheduling,
 			}}},
 		{name: "process: default limits, no ceiling", p: bare,
 			tool: &tool.Tool{Name: "runner", Capabilities: tool.Capabilities{Process: &tool.Process{AllowedBinaries: []string{"bash"}}}},
 			want: Explanation{Tool: "runner", Allowed: true, Grant: &GrantView{
 				Process: &ProcessView{Binaries: []string{"bash"},
 					Limits: ProcessLimitsView{Memory: "1GiB", MemoryBytes: 1 << 30, Pids: 256, Tmp: "256MiB", TmpBytes: 256 << 20}},
-				Budget: BudgetView{ResultChars: 1000, PersonalityResultChars: 1000},
+				Budget:     BudgetView{ResultChars: 1000, PersonalityResultChars: 1000},
+				Scheduling: defaultScheduling,
 			}}},
 		{name: "storage: session scope", p: researcher,
 			tool: &tool.Tool{Name: "memo", Capabilities: tool.Capabilities{Storage: &tool.Storage{Scope: tool.ScopeSession, Kind: "kv", TTLSecondsDefault: 3600}}},
 			want: Explanation{Tool: "memo", Allowed: true, Grant: &GrantView{
-				Storage: &StorageView{Kind: "kv", Scope: "session", ScopeID: "session:<session_id>", TTLSecondsDefault: 3600},
-				Budget:  BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Storage:    &StorageView{Kind: "kv", Scope: "session", ScopeID: "session:<session_id>", TTLSecondsDefault: 3600},
+				Budget:     BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Scheduling: researcherScheduling,
 			}}},
 		{name: "storage: personality scope", p: researcher,
 			tool: &tool.Tool{Name: "notes", Capabilities: tool.Capabilities{Storage: &tool.Storage{Scope: tool.ScopePersonality, Kind: "kv"}}},
 			want: Explanation{Tool: "notes", Allowed: true, Grant: &GrantView{
-				Storage: &StorageView{Kind: "kv", Scope: "personality", ScopeID: "personality:researcher"},
-				Budget:  BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Storage:    &StorageView{Kind: "kv", Scope: "personality", ScopeID: "personality:researcher"},
+				Budget:     BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Scheduling: researcherScheduling,
 			}}},
 		{name: "storage: tool-private scope", p: researcher,
 			tool: &tool.Tool{Name: "scratch", Capabilities: tool.Capabilities{Storage: &tool.Storage{Scope: tool.ScopeToolPrivate, Kind: "kv"}}},
 			want: Explanation{Tool: "scratch", Allowed: true, Grant: &GrantView{
-				Storage: &StorageView{Kind: "kv", Scope: "tool-private", ScopeID: "tool:scratch"},
-				Budget:  BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Storage:    &StorageView{Kind: "kv", Scope: "tool-private", ScopeID: "tool:scratch"},
+				Budget:     BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Scheduling: researcherScheduling,
 			}}},
 		{name: "declared capabilities that resolve to nothing", p: bare,
 			tool: &tool.Tool{Name: "fetcher", Capabilities: tool.Capabilities{
 				Network: &tool.Network{AllowedHosts: []string{"*"}}, FSReach: &tool.FSReach{Read: tool.FromPersonality()}, Secrets: []string{"http/*"}}},
 			want: Explanation{Tool: "fetcher", Allowed: true, Grant: &GrantView{
-				Network: &NetworkView{Hosts: []string{}, Deny: []string{}},
-				FSReach: &FSView{Read: []string{}, Write: []string{}},
-				Secrets: &SecretsView{Refs: []string{"http/*"}, Raw: []string{}, SendTo: map[string][]string{}},
-				Budget:  BudgetView{ResultChars: 1000, PersonalityResultChars: 1000},
+				Network:    &NetworkView{Hosts: []string{}, Deny: []string{}},
+				FSReach:    &FSView{Read: []string{}, Write: []string{}},
+				Secrets:    &SecretsView{Refs: []string{"http/*"}, Raw: []string{}, SendTo: map[string][]string{}},
+				Budget:     BudgetView{ResultChars: 1000, PersonalityResultChars: 1000},
+				Scheduling: defaultScheduling,
 			}}},
 		{name: "a tool that touches nothing", p: researcher, tool: &tool.Tool{Name: "weather", Permissions: []string{"weather:read"}},
 			want: Explanation{Tool: "weather", Allowed: true, Grant: &GrantView{
-				Budget: BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Budget:     BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Scheduling: researcherScheduling,
 			}}},
 		{name: "hosted MCP tool of a listed server", p: researcher,
 			tool: &tool.Tool{Name: "mcp__github__search", Capabilities: tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"api.github.com"}}}},
 			want: Explanation{Tool: "mcp__github__search", Allowed: true, Grant: &GrantView{
-				Network: &NetworkView{Hosts: []string{"api.github.com"}, Deny: []string{"gist.github.com"}},
-				Budget:  BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Network:    &NetworkView{Hosts: []string{"api.github.com"}, Deny: []string{"gist.github.com"}},
+				Budget:     BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
+				Scheduling: researcherScheduling,
 			}}},
 
 		{name: "unknown tool", p: researcher, tool: nil,
@@ -223,6 +241,8 @@ func requireWorkerGrant(t *testing.T, tl *tool.Tool, p *capability.Personality, 
 		l := g.Process.Limits.WithDefaults()
 		require.Equal(t, ProcessLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU, Tmp: l.TmpText, TmpBytes: l.TmpBytes}, v.Process.Limits)
 	}
+	s := p.Scheduling.WithDefaults()
+	require.Equal(t, SchedulingView{Priority: s.Priority, Weight: s.Weight, MaxConcurrency: s.MaxConcurrency}, v.Scheduling)
 	require.Equal(t, g.Storage == nil, v.Storage == nil)
 	if g.Storage != nil {
 		require.Equal(t, g.Storage.ScopeID, v.Storage.ScopeID)
