@@ -315,7 +315,8 @@ func (w *Worker) schedPolicy(id string) sched.Policy {
 	if err != nil {
 		return sched.DefaultPolicy
 	}
-	return sched.Policy{Priority: p.Scheduling.Priority, Weight: p.Scheduling.Weight, MaxConcurrency: p.Scheduling.MaxConcurrency}
+	sc := p.Scheduling.WithDefaults()
+	return sched.Policy{Priority: sc.Priority, Weight: sc.Weight, MaxConcurrency: sc.MaxConcurrency}
 }
 
 // opCtx bounds one bus operation of the worker (callexec.OpTimeout, and

@@ -74,6 +74,18 @@ func (s *Scheduler) discoverIfDue(ctx context.Context) {
 	for _, p := range refresh {
 		s.ensureLane(ctx, p)
 	}
+	s.mu.Lock()
+	for _, l := range s.lanes {
+		if l.pending {
+			// Calls wait: the next look is soon, so a personality whose
+			// first call arrives now waits little for its lane.
+			if soon := now.Add(s.cfg.BusyDiscovery); soon.Before(s.discover) {
+				s.discover = soon
+			}
+			break
+		}
+	}
+	s.mu.Unlock()
 }
 
 // policy returns p's policy with its values in range.

@@ -1,0 +1,346 @@
+package sched
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeQueue is one personality's calls: a FIFO of call ids with a cap of
+// calls in flight, as a JetStream consumer with MaxAckPending holds them.
+type fakeQueue struct {
+	f        *fakeBus
+	name     string
+	waiting  []string
+	inFlight int
+	cap      int
+}
+
+func (q *fakeQueue) take(n int, fn func(*bus.Msg)) (got int, capped bool) {
+	q.f.mu.Lock()
+	var out []*bus.Msg
+	for len(q.waiting) > 0 && len(out) < n {
+		if q.cap > 0 && q.inFlight >= q.cap {
+			capped = true
+			break
+		}
+		id := q.waiting[0]
+		q.waiting = q.waiting[1:]
+		q.inFlight++
+		out = append(out, &bus.Msg{Subject: q.name + "." + id, Data: []byte(id), Pending: uint64(len(q.waiting))})
+	}
+	q.f.mu.Unlock()
+	for _, m := range out {
+		fn(m)
+	}
+	return len(out), capped
+}
+
+func (q *fakeQueue) FetchNoWait(_ context.Context, n int, fn func(*bus.Msg)) (int, bool, error) {
+	got, capped := q.take(n, fn)
+	return got, capped, nil
+}
+
+func (q *fakeQueue) Fetch(ctx context.Context, n int, wait time.Duration, fn func(*bus.Msg)) (int, error) {
+	deadline := time.Now().Add(wait)
+	total := 0
+	for total < n && time.Now().Before(deadline) && ctx.Err() == nil {
+		got, _ := q.take(n-total, fn)
+		total += got
+		if got == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return total, nil
+}
+
+// fakeBus is a pool of fake queues.
+type fakeBus struct {
+	mu     sync.Mutex
+	queues map[string]*fakeQueue
+	lanes  []string // Lane calls, in order
+}
+
+func newFakeBus() *fakeBus { return &fakeBus{queues: map[string]*fakeQueue{}} }
+
+func (f *fakeBus) queue(p string) *fakeQueue {
+	q, ok := f.queues[p]
+	if !ok {
+		q = &fakeQueue{f: f, name: p}
+		f.queues[p] = q
+	}
+	return q
+}
+
+func (f *fakeBus) publish(p string, ids ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.queue(p)
+	q.waiting = append(q.waiting, ids...)
+}
+
+func (f *fakeBus) Lane(_ context.Context, p string, maxInFlight int) (Consumer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.queue(p)
+	q.cap = maxInFlight
+	f.lanes = append(f.lanes, p)
+	return q, nil
+}
+
+func (f *fakeBus) Waiting(context.Context) (map[string]uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]uint64{}
+	for p, q := range f.queues {
+		if n := len(q.waiting) + q.inFlight; n > 0 {
+			out[p] = uint64(n)
+		}
+	}
+	return out, nil
+}
+
+// finish ends a call of personality p.
+func (f *fakeBus) finish(p string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queues[p].inFlight--
+}
+
+// started is a call a test's handler received.
+type started struct {
+	personality string
+	id          string
+	done        func()
+}
+
+// run starts a scheduler over f with slots slots whose started calls come
+// on the returned channel, until the test ends.
+func run(t *testing.T, f *fakeBus, slots int, policies map[string]Policy) <-chan started {
+	t.Helper()
+	ch, _ := runScheduler(t, f, slots, policies)
+	return ch
+}
+
+// runScheduler is run, returning the scheduler too.
+func runScheduler(t *testing.T, f *fakeBus, slots int, policies map[string]Policy) (<-chan started, *Scheduler) {
+	t.Helper()
+	out := make(chan started, 10000)
+	sl := make(chan struct{}, slots)
+	s := New(Config{
+		Slots: sl,
+		Deliver: func(m *bus.Msg, done func()) {
+			p, id, _ := cutLast(m.Subject)
+			out <- started{personality: p, id: id, done: func() { f.finish(p); <-sl; done() }}
+		},
+		Bus: f,
+		Policy: func(p string) Policy {
+			if pol, ok := policies[p]; ok {
+				return pol
+			}
+			return DefaultPolicy
+		},
+		BusyDiscovery: time.Millisecond, IdleDiscovery: 5 * time.Millisecond,
+		IdleWait: 20 * time.Millisecond, SharedIdleWait: 5 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return out, s
+}
+
+func cutLast(s string) (string, string, bool) {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '.' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+func next(t *testing.T, ch <-chan started) started {
+	t.Helper()
+	select {
+	case c := <-ch:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no call started within 10s")
+		return started{}
+	}
+}
+
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + string(rune('a'+i%26)) + string(rune('a'+i/26))
+	}
+	return out
+}
+
+// TestFIFOWithinAPersonality: one personality's calls start in the order
+// they were published.
+func TestFIFOWithinAPersonality(t *testing.T) {
+	t.Parallel()
+	f := newFakeBus()
+	want := ids("c", 30)
+	f.publish("a", want...)
+	ch := run(t, f, 1, nil)
+	for _, id := range want {
+		c := next(t, ch)
+		require.Equal(t, id, c.id)
+		c.done()
+	}
+}
+
+// TestBacklogDoesNotStarveAnotherPersonality: B's call starts after at
+// most one more of A's, however long A's backlog (the flood of
+// scheduling.md), one slot.
+func TestBacklogDoesNotStarveAnotherPersonality(t *testing.T) {
+	t.Parallel()
+	f := newFakeBus()
+	f.publish("a", ids("a", 500)...)
+	ch, s := runScheduler(t, f, 1, nil)
+	c := next(t, ch)
+	require.Equal(t, "a", c.personality)
+	f.publish("b", "b1")
+	// B's call is seen at the next discovery, due BusyDiscovery after the
+	// last while calls wait: let it be due before the slot frees.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		due := !time.Now().Before(s.discover)
+		s.mu.Unlock()
+		if due || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.done()
+	// B is found by discovery and has the smallest pass: it goes within
+	// the next two starts.
+	var order []string
+	for range 3 {
+		c := next(t, ch)
+		order = append(order, c.personality)
+		c.done()
+	}
+	require.Contains(t, order[:2], "b", "starts after b's call was published: %v", order)
+}
+
+// TestWeightedShare: weights 3 and 1, both backlogged: three of A's calls
+// start for each of B's.
+func TestWeightedShare(t *testing.T) {
+	t.Parallel()
+	f := newFakeBus()
+	f.publish("a", ids("a", 300)...)
+	f.publish("b", ids("b", 300)...)
+	ch := run(t, f, 4, map[string]Policy{"a": {Priority: 3, Weight: 3}, "b": {Priority: 3, Weight: 1}})
+	counts := map[string]int{}
+	// Hold four calls at a time, finish them in order.
+	var held []started
+	for range 400 {
+		c := next(t, ch)
+		counts[c.personality]++
+		held = append(held, c)
+		if len(held) == 4 {
+			for _, h := range held {
+				h.done()
+			}
+			held = held[:0]
+		}
+	}
+	ratio := float64(counts["a"]) / float64(counts["b"])
+	require.InDelta(t, 3.0, ratio, 0.3, "starts %v", counts)
+}
+
+// TestStrictPriority: while calls of priority 1 wait, none of priority 5
+// starts; then priority 5's do (work-conserving).
+func TestStrictPriority(t *testing.T) {
+	t.Parallel()
+	f := newFakeBus()
+	f.publish("low", ids("l", 20)...)
+	f.publish("high", ids("h", 20)...)
+	ch := run(t, f, 2, map[string]Policy{"high": {Priority: 1, Weight: 1}, "low": {Priority: 5, Weight: 1000}})
+	var order []string
+	for range 40 {
+		c := next(t, ch)
+		order = append(order, c.personality)
+		c.done()
+	}
+	for i, p := range order {
+		if i < 20 {
+			require.Equal(t, "high", p, "start %d of %v", i, order)
+		} else {
+			require.Equal(t, "low", p, "start %d of %v", i, order)
+		}
+	}
+}
+
+// TestCapHoldsAndOthersRun: a personality capped at 2 never has more than
+// 2 calls running, and the free slots go to another personality meanwhile
+// (its waiting calls hold no slot).
+func TestCapHoldsAndOthersRun(t *testing.T) {
+	t.Parallel()
+	f := newFakeBus()
+	f.publish("capped", ids("c", 10)...)
+	ch := run(t, f, 6, map[string]Policy{"capped": {Priority: 1, Weight: 1, MaxConcurrency: 2}})
+	var held []started
+	for range 2 {
+		held = append(held, next(t, ch))
+	}
+	f.publish("free", ids("f", 4)...)
+	// The next four starts are the free personality's, though the capped
+	// one has a higher priority and eight calls waiting.
+	for range 4 {
+		c := next(t, ch)
+		require.Equal(t, "free", c.personality)
+		held = append(held, c)
+	}
+	select {
+	case c := <-ch:
+		t.Fatalf("a third call of the capped personality started: %v", c.id)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// One capped call ends: one more starts.
+	held[0].done()
+	c := next(t, ch)
+	require.Equal(t, "capped", c.personality)
+}
+
+// TestIdlePoolStartsACallAtOnce: with nothing waiting, the slots are
+// held by polls, and a call published then starts without discovery.
+func TestIdlePoolStartsACallAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFakeBus()
+	f.publish("a", "first")
+	ch := run(t, f, 4, nil)
+	c := next(t, ch)
+	c.done()
+	f.publish("a", "second")
+	require.Equal(t, "second", next(t, ch).id)
+}
+
+func TestPlanSharesByStride(t *testing.T) {
+	t.Parallel()
+	s := New(Config{Slots: make(chan struct{}, 1)})
+	a := &lane{personality: "a", pol: Policy{Priority: 2, Weight: 2}, pending: true}
+	b := &lane{personality: "b", pol: Policy{Priority: 2, Weight: 1}, pending: true}
+	c := &lane{personality: "c", pol: Policy{Priority: 4, Weight: 9}, pending: true}
+	d := &lane{personality: "d", pol: Policy{Priority: 1, Weight: 1}, capped: time.Now().Add(time.Hour), pending: true}
+	s.lanes = map[string]*lane{"a": a, "b": b, "c": c, "d": d}
+	plan := s.plan(6)
+	got := map[string]int{}
+	for _, g := range plan {
+		got[g.l.personality] = g.n
+	}
+	require.Equal(t, map[string]int{"a": 4, "b": 2}, got, "priority 2 only (1 is capped), 2:1")
+	a.pending, b.pending = false, false
+	plan = s.plan(3)
+	require.Len(t, plan, 1)
+	require.Equal(t, "c", plan[0].l.personality)
+}
