@@ -288,7 +288,7 @@ func TestTraceOfOneCall(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	for line := range strings.SplitSeq(tr.logs.String(), "\n") {
 		if strings.Contains(line, `"msg":"call finished"`) && strings.Contains(line, "trace1") {
-			for _, key := range []string{`"call_id":"trace1"`, `"tool":"lookup"`, `"code":""`, `"duration_ms":`, `"trace_id":"`} {
+			for _, key := range []string{`"call_id":"trace1"`, `"tool":"lookup"`, `"personality":"agent"`, `"code":""`, `"duration_ms":`, `"trace_id":"`} {
 				require.Contains(t, line, key)
 			}
 		}

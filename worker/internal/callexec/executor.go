@@ -425,6 +425,7 @@ func (e *Executor) complete(o outcome) {
 		lvl = slog.LevelWarn
 	}
 	s.log.LogAttrs(ctx, lvl, "call finished", slog.String("call_id", call.CallID), slog.String("tool", call.Tool),
+		slog.String("personality", call.PersonalityID),
 		slog.Bool("ok", o.result.OK), slog.String("code", string(o.result.Code)), slog.String("decision", o.decision),
 		slog.Int64("duration_ms", o.result.DurationMS), slog.Uint64("deliveries", e.m.Deliveries))
 }
