@@ -102,6 +102,11 @@ type Config struct {
 	// other calls keep running. 0 means DefaultMinFreeDisk (2 GiB); a
 	// negative value turns the check off.
 	MinFreeDisk int64
+	// MetricsPersonalityLabel labels capstan_calls_waiting and
+	// capstan_calls_running by personality
+	// (CAPSTAN_METRICS_PERSONALITY_LABEL); off, they are the pool's totals
+	// (one series per personality can be many).
+	MetricsPersonalityLabel bool
 	// ResultMaxBytes caps a result message, headers included
 	// (CAPSTAN_RESULT_MAX_BYTES); default DefaultResultMaxBytes (1 MiB), at
 	// least MinResultMaxBytes. The server's max payload caps it further.

@@ -14,6 +14,7 @@ import (
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 	"github.com/capstanhq/capstan/worker/internal/catalog"
 	"github.com/capstanhq/capstan/worker/internal/lease"
+	"github.com/capstanhq/capstan/worker/internal/observe"
 	"github.com/capstanhq/capstan/worker/internal/policywatch"
 	"github.com/capstanhq/capstan/worker/internal/sched"
 )
@@ -211,7 +212,15 @@ func (w *Worker) listen(ctx, startCtx context.Context, undo *cleanup) (*sched.Sc
 	w.timing = bus.Timing{AckWait: w.cfg.AckWait}
 	w.exec = callexec.New(w.execDeps())
 	sc := w.scheduler()
-	unobserve, err := w.obs.Gauges(sc, w.conn, w.secrets, w.cfg.Concurrency)
+	queue := observe.Queue{PerPersonality: w.cfg.MetricsPersonalityLabel, Lanes: func() []observe.LaneCount {
+		lanes := sc.Lanes()
+		out := make([]observe.LaneCount, len(lanes))
+		for i, l := range lanes {
+			out[i] = observe.LaneCount{Personality: l.Personality, Waiting: l.Waiting, Running: l.Running}
+		}
+		return out
+	}}
+	unobserve, err := w.obs.Gauges(sc, queue, w.conn, w.secrets, w.cfg.Concurrency)
 	if err != nil {
 		return nil, err
 	}

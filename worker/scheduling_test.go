@@ -10,6 +10,8 @@ import (
 
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/internal/telemetry/telemetrytest"
 	"github.com/capstanhq/capstan/internal/tools/echo"
 	"github.com/capstanhq/capstan/tool"
 	"github.com/capstanhq/capstan/worker"
@@ -190,4 +192,41 @@ func TestCallsOfTheOldPoolConsumerDrain(t *testing.T) {
 	e.waitCallsDrained()
 	_, err = e.conn.PoolConsumer(ctxT(t), "default", 5, bus.MinAckWait)
 	require.Error(t, err, "the personalities' consumers took the pool's place (a work queue allows no overlap)")
+}
+
+// TestSchedulingMetrics: capstan.calls.running and capstan.calls.waiting
+// carry a personality label only with MetricsPersonalityLabel
+// (CAPSTAN_METRICS_PERSONALITY_LABEL=true), else they are the pool's
+// totals.
+func TestSchedulingMetrics(t *testing.T) {
+	t.Parallel()
+	for _, labelled := range []bool{true, false} {
+		t.Run(fmt.Sprint(labelled), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.putPersonality("batch", "id: batch\n")
+			rec := newRecorder()
+			mp, reader := telemetrytest.Metrics(t)
+			e.start(worker.Config{Concurrency: 2, MeterProvider: mp, MetricsPersonalityLabel: labelled}, rec.tool())
+			for i := range 5 {
+				e.call(protocol.Call{CallID: fmt.Sprintf("m%d", i), BatchID: "m", Tool: "work", PersonalityID: "batch"})
+			}
+			byBatch := telemetry.AttrQueuePersonality.String("batch")
+			require.Eventually(t, func() bool {
+				running := telemetrytest.Sum(t, reader, telemetry.MetricCallsRunning)
+				return running == 2
+			}, 30*time.Second, 10*time.Millisecond)
+			if labelled {
+				require.Equal(t, 2.0, telemetrytest.Sum(t, reader, telemetry.MetricCallsRunning, byBatch))
+				require.Equal(t, 3.0, telemetrytest.Sum(t, reader, telemetry.MetricCallsWaiting, byBatch))
+			} else {
+				require.Zero(t, telemetrytest.Sum(t, reader, telemetry.MetricCallsRunning, byBatch), "no personality label")
+				require.Equal(t, 3.0, telemetrytest.Sum(t, reader, telemetry.MetricCallsWaiting))
+			}
+			close(rec.gate)
+			for i := range 5 {
+				require.True(t, e.result("m", fmt.Sprintf("m%d", i)).OK)
+			}
+		})
+	}
 }

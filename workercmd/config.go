@@ -56,6 +56,7 @@ type Config struct {
 	BlobMaxBytes       int           `env:"CAPSTAN_BLOB_MAX_BYTES" envDefault:"67108864"`
 	ProcessNetwork     string        `env:"CAPSTAN_PROCESS_NETWORK" envDefault:"confined"`
 	MinFreeDisk        string        `env:"CAPSTAN_MIN_FREE_DISK" envDefault:"2GiB"`
+	MetricsPersonality bool          `env:"CAPSTAN_METRICS_PERSONALITY_LABEL" envDefault:"false"`
 	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" envDefault:"info"`
 	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT"`
 }
@@ -137,7 +138,7 @@ func (c Config) worker() worker.Config {
 		Concurrency: c.Concurrency, Pool: c.Pool, Tools: tools, MaxDeliver: c.MaxDeliver, AckWait: c.AckWait,
 		CallTimeout: c.CallTimeout, ShutdownGrace: zeroGrace(c.ShutdownGrace), SecretsBackend: c.SecretsBackend,
 		SecretsFile: c.SecretsFile, SecretsEnvPrefix: c.SecretsEnvPrefix, SecretCacheTTL: noZero(c.SecretCacheTTL),
-		StreamReplicas: c.StreamReplicas, ProcessNetwork: c.ProcessNetwork, MinFreeDisk: minFree,
+		StreamReplicas: c.StreamReplicas, ProcessNetwork: c.ProcessNetwork, MinFreeDisk: minFree, MetricsPersonalityLabel: c.MetricsPersonality,
 		ResultMaxBytes: c.ResultMaxBytes, StructuredMaxBytes: c.StructuredMaxBytes,
 		// CAPSTAN_BLOB_MIN_BYTES=0 stores every cut output: -1 in the
 		// worker package, whose 0 means its default.

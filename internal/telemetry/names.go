@@ -28,6 +28,10 @@ const (
 	AttrBatchID = attribute.Key("capstan.batch.id")
 	// AttrPool is the pool a call was published to.
 	AttrPool = attribute.Key("capstan.pool")
+	// AttrQueuePersonality is the personality label of the scheduler's
+	// gauges, set only with CAPSTAN_METRICS_PERSONALITY_LABEL=true
+	// (scheduling.md: one series per personality).
+	AttrQueuePersonality = attribute.Key("personality")
 	// AttrWorkerID is the worker that handled a call.
 	AttrWorkerID = attribute.Key("capstan.worker.id")
 	// AttrPersonality is the personality a call ran under.
@@ -77,6 +81,8 @@ const (
 	MetricCallDuration     = "capstan.call.duration"
 	MetricCallsInFlight    = "capstan.calls.in_flight"
 	MetricCallsPending     = "capstan.calls.pending"
+	MetricCallsWaiting     = "capstan.calls.waiting"
+	MetricCallsRunning     = "capstan.calls.running"
 	MetricSlotsFree        = "capstan.slots.free"
 	MetricDeliveries       = "capstan.deliveries"
 	MetricDenials          = "capstan.denials"

@@ -23,6 +23,22 @@ type Pending interface {
 	Pending(ctx context.Context) (waiting uint64, unacked int, err error)
 }
 
+// LaneCount is one personality's calls as the scheduler knows them: waiting
+// in its consumer (the last count seen), and running on this worker.
+type LaneCount struct {
+	Personality string
+	Waiting     uint64
+	Running     int
+}
+
+// Queue reports the scheduler's lanes for capstan.calls.waiting and
+// capstan.calls.running; PerPersonality labels them by personality
+// (CAPSTAN_METRICS_PERSONALITY_LABEL), else they are the pool's totals.
+type Queue struct {
+	Lanes          func() []LaneCount
+	PerPersonality bool
+}
+
 // StreamSizer counts a stream's messages.
 type StreamSizer interface {
 	StreamMsgs(ctx context.Context, stream string) (uint64, error)
@@ -37,7 +53,7 @@ type StreamSizer interface {
 //
 // concurrency is the worker's slots; secrets is its secrets backend, whose
 // cache statistics are read when it has them (secrets.Cache).
-func (o *Observer) Gauges(cons Pending, conn StreamSizer, secrets any, concurrency int) (func(), error) {
+func (o *Observer) Gauges(cons Pending, queue Queue, conn StreamSizer, secrets any, concurrency int) (func(), error) {
 	m := telemetry.Meter(o.mp)
 	var errs []error
 	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
@@ -49,6 +65,8 @@ func (o *Observer) Gauges(cons Pending, conn StreamSizer, secrets any, concurren
 	free := gauge(telemetry.MetricSlotsFree, "{slot}", "Free call slots of this worker: CAPSTAN_CONCURRENCY minus calls in flight")
 	pending := gauge(telemetry.MetricCallsPending, "{call}", "Calls waiting in the pool's consumer, not yet delivered (the autoscaling signal)")
 	dlq := gauge(telemetry.MetricDLQSize, "{message}", "Dead letters in the DLQ stream")
+	waitingG := gauge(telemetry.MetricCallsWaiting, "{call}", "Calls waiting to start, per personality with CAPSTAN_METRICS_PERSONALITY_LABEL=true, else the pool's total (the last count each personality's consumer gave)")
+	runningG := gauge(telemetry.MetricCallsRunning, "{call}", "Calls this worker runs, per personality with CAPSTAN_METRICS_PERSONALITY_LABEL=true, else in total")
 	hits, err := m.Int64ObservableCounter(telemetry.MetricSecretCacheHits, metric.WithUnit("{lookup}"),
 		metric.WithDescription("Secret resolutions answered from the cache"))
 	errs = append(errs, err)
@@ -76,8 +94,24 @@ func (o *Observer) Gauges(cons Pending, conn StreamSizer, secrets any, concurren
 		if n, err := conn.StreamMsgs(ctx, o.cfg.Names.DLQStream()); err == nil {
 			obs.ObserveInt64(dlq, int64(n))
 		}
+		if queue.Lanes != nil {
+			var waiting, running int64
+			for _, l := range queue.Lanes() {
+				if queue.PerPersonality {
+					by := metric.WithAttributes(telemetry.AttrPool.String(o.cfg.Pool), telemetry.AttrQueuePersonality.String(l.Personality))
+					obs.ObserveInt64(waitingG, int64(l.Waiting), by)
+					obs.ObserveInt64(runningG, int64(l.Running), by)
+				}
+				waiting += int64(l.Waiting)
+				running += int64(l.Running)
+			}
+			if !queue.PerPersonality {
+				obs.ObserveInt64(waitingG, waiting, pool)
+				obs.ObserveInt64(runningG, running, pool)
+			}
+		}
 		return nil
-	}, inFlight, free, pending, dlq, hits, misses)
+	}, inFlight, free, pending, dlq, waitingG, runningG, hits, misses)
 	if err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
