@@ -1,0 +1,178 @@
+package bus_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// personalityConsumer creates the durable consumer of one personality's
+// calls in a pool as the scheduler does: protocol.PersonalityConsumer named,
+// protocol.PersonalityFilter filtered.
+func personalityConsumer(t *testing.T, js jetstream.JetStream, pool, personality string) jetstream.Consumer {
+	t.Helper()
+	names, err := protocol.NewNames("")
+	require.NoError(t, err)
+	filter, err := names.PersonalityFilter(pool, personality)
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(ctxT(t), names.CallsStream(), jetstream.ConsumerConfig{
+		Durable: protocol.PersonalityConsumer(pool, personality), FilterSubject: filter,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
+	})
+	require.NoError(t, err)
+	return cons
+}
+
+// publishCalls stores n calls of personality's tool in pool.
+func publishCalls(t *testing.T, c *bus.Conn, pool, personality, tool string, n int) {
+	t.Helper()
+	subject, err := c.Names().CallSubject(pool, personality, tool)
+	require.NoError(t, err)
+	for range n {
+		_, err := c.Publish(ctxT(t), subject, []byte(`{}`), nil, "")
+		require.NoError(t, err)
+	}
+}
+
+// publishAudit stores recs as one audit message of tool, as a worker
+// batches them.
+func publishAudit(t *testing.T, c *bus.Conn, tool string, recs ...protocol.AuditRecord) {
+	t.Helper()
+	subject, err := c.Names().AuditSubject(tool)
+	require.NoError(t, err)
+	var data []byte
+	for i := range recs {
+		data, err = protocol.EncodeAuditRecord(data, &recs[i])
+		require.NoError(t, err)
+	}
+	_, err = c.Publish(ctxT(t), subject, data, bus.Header{protocol.HeaderAuditRecords: {"1"}}, "")
+	require.NoError(t, err)
+}
+
+func rec(personality, decision string, ago time.Duration, durationMS int64) protocol.AuditRecord {
+	return protocol.AuditRecord{
+		Time: time.Now().Add(-ago).UTC(), CallID: "c", BatchID: "c", PersonalityID: personality,
+		Tool: "echo", Decision: decision, OK: decision == protocol.DecisionAllowed, DurationMS: durationMS, WorkerID: "w",
+	}
+}
+
+func TestPoolQueue(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	c := bustest.Conn(t, url, "")
+	nc, err := nats.Connect(url, nkey(t, url))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	// The pool is empty: no consumer, nothing stored, no audit record.
+	q, err := c.PoolQueue(ctxT(t), "default")
+	require.NoError(t, err)
+	require.Empty(t, q)
+
+	alice := personalityConsumer(t, js, "default", "alice")
+	personalityConsumer(t, js, "default", "carol") // a consumer with nothing waiting
+	personalityConsumer(t, js, "other", "dave")    // another pool's
+	publishCalls(t, c, "default", "alice", "echo", 2)
+	publishCalls(t, c, "default", "alice", "sleep", 1)
+	publishCalls(t, c, "default", "bob", "echo", 2) // bob has no consumer yet
+	publishCalls(t, c, "default", "bob", "fetch", 1)
+	publishCalls(t, c, "other", "eve", "echo", 4)
+
+	// One of alice's calls runs: delivered, not acknowledged.
+	batch, err := alice.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	got := 0
+	for range batch.Messages() {
+		got++
+	}
+	require.NoError(t, batch.Error())
+	require.Equal(t, 1, got)
+
+	publishAudit(t, c, "echo",
+		rec("alice", protocol.DecisionAllowed, 5*time.Second, 100),
+		rec("alice", protocol.DecisionAllowed, 20*time.Second, 30_000),  // started 50 s ago
+		rec("alice", protocol.DecisionAllowed, 10*time.Second, 120_000), // started before the window
+		rec("alice", protocol.DecisionToolset, time.Second, 0),          // refused: nothing ran
+		rec("bob", protocol.DecisionAllowed, time.Second, 5),
+		rec("carol", protocol.DecisionAbandoned, time.Second, 50), // ran, result not published
+		rec("carol", protocol.DecisionAbandoned, time.Second, 0),  // never ran
+		rec("carol", protocol.DecisionAnswered, time.Second, 0),   // answered from the stored result
+		rec("dave", protocol.DecisionAllowed, time.Second, 1),     // not a personality of the pool
+		rec("carol", protocol.DecisionDryRun, time.Second, 0),
+		rec("bob", protocol.DecisionCancelled, time.Second, 0),
+		rec("bob", protocol.DecisionDeadline, 2*time.Minute, 0),
+		rec("alice", protocol.DecisionAllowed, 2*time.Minute, 0), // long ago
+		rec("bob", protocol.DecisionAllowed, 45*time.Second, 0),
+		rec("bob", protocol.DecisionAllowed, 90*time.Second, 0), // outside
+	)
+	publishAudit(t, c, "sleep", rec("alice", protocol.DecisionAllowed, time.Second, 3))
+
+	q, err = c.PoolQueue(ctxT(t), "default")
+	require.NoError(t, err)
+	require.Equal(t, []bus.QueueEntry{
+		{Personality: "alice", Waiting: 2, Running: 1, StartsLastMinute: 3, ShareLastMinute: 0.5},
+		{Personality: "bob", Waiting: 3, Running: 0, StartsLastMinute: 2, ShareLastMinute: 2.0 / 6},
+		{Personality: "carol", Waiting: 0, Running: 0, StartsLastMinute: 1, ShareLastMinute: 1.0 / 6},
+	}, q)
+
+	q, err = c.PoolQueue(ctxT(t), "other")
+	require.NoError(t, err)
+	require.Equal(t, []bus.QueueEntry{
+		{Personality: "dave", StartsLastMinute: 1, ShareLastMinute: 1},
+		{Personality: "eve", Waiting: 4},
+	}, q)
+
+	_, err = c.PoolQueue(ctxT(t), "no.such")
+	require.ErrorContains(t, err, `bus: queue of pool "no.such": pool`)
+}
+
+func TestStartsSinceWithoutRecordsInTheWindow(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	c := bustest.Conn(t, url, "")
+	starts, err := c.StartsSince(ctxT(t), time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Empty(t, starts)
+
+	publishAudit(t, c, "echo", rec("alice", protocol.DecisionAllowed, 0, 0))
+	starts, err = c.StartsSince(ctxT(t), time.Now().Add(time.Hour)) // stored before since
+	require.NoError(t, err)
+	require.Empty(t, starts)
+	starts, err = c.StartsSince(ctxT(t), time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"alice": 1}, starts)
+}
+
+func TestRan(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		decision string
+		duration int64
+		want     bool
+	}{
+		{"allowed", protocol.DecisionAllowed, 0, true},
+		{"abandoned after its run", protocol.DecisionAbandoned, 10, true},
+		{"abandoned before any run", protocol.DecisionAbandoned, 0, false},
+		{"answered", protocol.DecisionAnswered, 10, false},
+		{"dry run", protocol.DecisionDryRun, 0, false},
+		{"cancelled before start", protocol.DecisionCancelled, 0, false},
+		{"deadline before start", protocol.DecisionDeadline, 0, false},
+		{"refused", protocol.DecisionPermission, 0, false},
+		{"rate limited", protocol.DecisionRateLimit, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := protocol.AuditRecord{Decision: tc.decision, DurationMS: tc.duration}
+			require.Equal(t, tc.want, bus.Ran(&r))
+		})
+	}
+}
