@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/protocol"
-	"github.com/capstanhq/capstan/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -153,7 +152,7 @@ func (c *Conn) StartsSince(ctx context.Context, since time.Time) (map[string]int
 		return c.readSince(ctx, stream, since, func(data []byte) {
 			// A line that is not a record ends its message's records; the
 			// ones before it count.
-			recs, _ := wire.DecodeAuditRecords(data)
+			recs, _ := protocol.DecodeAuditRecords(data)
 			for i := range recs {
 				r := &recs[i]
 				if Ran(r) && !r.Time.Add(-time.Duration(r.DurationMS)*time.Millisecond).Before(since) {
