@@ -176,3 +176,30 @@ func TestRan(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkStartsSince reads a minute of audit records: 1,000 messages of
+// 50 records each (a busy pool's minute), counted per personality.
+func BenchmarkStartsSince(b *testing.B) {
+	url := bustest.Server(b)
+	c := bustest.Conn(b, url, "")
+	subject, err := c.Names().AuditSubject("echo")
+	require.NoError(b, err)
+	ctx := b.Context()
+	var data []byte
+	for i := range 50 {
+		r := rec([]string{"alice", "bob", "carol"}[i%3], protocol.DecisionAllowed, time.Second, 10)
+		r.ArgsSHA256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+		data, err = protocol.EncodeAuditRecord(data, &r)
+		require.NoError(b, err)
+	}
+	for range 1000 {
+		_, err := c.Publish(ctx, subject, data, nil, "")
+		require.NoError(b, err)
+	}
+	b.SetBytes(int64(1000 * len(data)))
+	for b.Loop() {
+		starts, err := c.StartsSince(ctx, time.Now().Add(-time.Minute))
+		require.NoError(b, err)
+		require.Equal(b, 50_000, starts["alice"]+starts["bob"]+starts["carol"])
+	}
+}

@@ -97,7 +97,9 @@ func (c *Console) queue(ctx context.Context, pool string) queueView {
 	if v, ok := q.pools[pool]; ok && time.Since(v.at) < queueTTL {
 		return v
 	}
-	rctx, cancel := context.WithTimeout(ctx, readTimeout)
+	// The read serves every page of the next queueTTL: one page that goes
+	// away does not cut it short.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
 	defer cancel()
 	v := queueView{Pool: pool, at: time.Now()}
 	rows, notes, err := Queue(rctx, c.cfg.Conn, c.cfg.Client, pool)
