@@ -10,10 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// queueFixture stores, on the server at url, calls waiting in pool default
-// of personalities batch (3, a scheduling section), broken (1, an invalid
-// document) and ghost (1, not stored), and audit records of the last
-// minute: 3 starts of batch, 1 of ghost, and a refusal of broken.
+// queueFixture stores, on the server at url, calls in pool default of
+// personalities batch (3, a scheduling section, a consumer as the
+// scheduler makes it, one call delivered and not yet acknowledged), broken
+// (1, an invalid document) and ghost (1, not stored), and audit records of
+// the last minute: 3 starts of batch, 1 of ghost, and a refusal of broken.
 func queueFixture(t *testing.T, url string) {
 	t.Helper()
 	conn := bustest.Conn(t, url, "")
@@ -31,6 +32,11 @@ func queueFixture(t *testing.T, url string) {
 			require.NoError(t, err)
 		}
 	}
+	cons, err := conn.PersonalityConsumer(ctxT(t), protocol.DefaultPool, "batch", 5, bus.DefaultAckWait, 4)
+	require.NoError(t, err)
+	got, _, err := cons.FetchNoWait(ctxT(t), 1, func(*bus.Msg) {})
+	require.NoError(t, err)
+	require.Equal(t, 1, got)
 	var data []byte
 	for _, r := range []struct {
 		personality, decision string
@@ -61,7 +67,7 @@ func TestQueue(t *testing.T) {
 		require.Equal(t, exitOK, code, stderr)
 		require.Equal(t, brokenNote, stderr)
 		require.JSONEq(t, `[
-			{"personality":"batch","waiting":3,"running":0,"priority":1,"weight":3,"max_concurrency":4,"share_last_minute":0.75},
+			{"personality":"batch","waiting":2,"running":1,"priority":1,"weight":3,"max_concurrency":4,"share_last_minute":0.75},
 			{"personality":"broken","waiting":1,"running":0,"priority":3,"weight":1,"max_concurrency":0,"share_last_minute":0},
 			{"personality":"ghost","waiting":1,"running":0,"priority":3,"weight":1,"max_concurrency":0,"share_last_minute":0.25}
 		]`, stdout)
@@ -73,7 +79,7 @@ func TestQueue(t *testing.T) {
 		require.Equal(t, brokenNote, stderr)
 		require.Equal(t, ""+
 			"PERSONALITY  WAITING  RUNNING  PRIORITY  WEIGHT  MAX_CONCURRENCY  SHARE_1M\n"+
-			"batch        3        0        1         3       4                75.0%\n"+
+			"batch        2        1        1         3       4                75.0%\n"+
 			"broken       1        0        3         1       none             0.0%\n"+
 			"ghost        1        0        3         1       none             25.0%\n", stdout)
 	})

@@ -55,7 +55,7 @@ func (c *Conn) PoolQueue(ctx context.Context, pool string) ([]QueueEntry, error)
 		return nil, fmt.Errorf("bus: queue of pool %s: %w", pool, err)
 	}
 	if err := c.poolWaiting(ctx, pool, byName); err != nil {
-		return nil, fmt.Errorf("bus: queue of pool %s: %w", pool, err)
+		return nil, err
 	}
 	starts, err := c.StartsSince(ctx, time.Now().Add(-ShareWindow))
 	if err != nil {
@@ -103,35 +103,11 @@ func (c *Conn) poolConsumers(ctx context.Context, pool string, byName map[string
 
 // poolWaiting adds to byName the personalities of pool without a consumer
 // that have calls stored in the calls stream, with the count of those calls
-// (its subjects <p>.call.<pool>.<personality>.<tool>, summed per
-// personality).
+// (WaitingByPersonality).
 func (c *Conn) poolWaiting(ctx context.Context, pool string, byName map[string]*QueueEntry) error {
-	stream := c.names.CallsStream()
-	filter, err := c.names.PoolWaitingFilter(pool)
+	counts, err := c.WaitingByPersonality(ctx, pool)
 	if err != nil {
 		return err
-	}
-	counts := map[string]uint64{}
-	err = c.den.guard(ctx, []string{apiStreamInfo(stream)}, func(ctx context.Context) error {
-		s, err := c.js.Stream(ctx, stream)
-		if err != nil {
-			return err
-		}
-		info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
-		if err != nil {
-			return err
-		}
-		for subject, n := range info.State.Subjects {
-			t, err := c.names.ParseCallSubject(subject)
-			if err != nil || t.Pool != pool {
-				continue
-			}
-			counts[t.Personality] += n
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("count the waiting calls of %s: %w", stream, err)
 	}
 	for personality, n := range counts {
 		if _, has := byName[personality]; !has && n > 0 {

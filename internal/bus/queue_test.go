@@ -7,27 +7,8 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/bus/bustest"
 	"github.com/capstanhq/capstan/internal/protocol"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 )
-
-// personalityConsumer creates the durable consumer of one personality's
-// calls in a pool as the scheduler does: protocol.PersonalityConsumer named,
-// protocol.PersonalityFilter filtered.
-func personalityConsumer(t *testing.T, js jetstream.JetStream, pool, personality string) jetstream.Consumer {
-	t.Helper()
-	names, err := protocol.NewNames("")
-	require.NoError(t, err)
-	filter, err := names.PersonalityFilter(pool, personality)
-	require.NoError(t, err)
-	cons, err := js.CreateOrUpdateConsumer(ctxT(t), names.CallsStream(), jetstream.ConsumerConfig{
-		Durable: protocol.PersonalityConsumer(pool, personality), FilterSubject: filter,
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute,
-	})
-	require.NoError(t, err)
-	return cons
-}
 
 // publishCalls stores n calls of personality's tool in pool.
 func publishCalls(t *testing.T, c *bus.Conn, pool, personality, tool string, n int) {
@@ -66,20 +47,18 @@ func TestPoolQueue(t *testing.T) {
 	t.Parallel()
 	url := bustest.Server(t)
 	c := bustest.Conn(t, url, "")
-	nc, err := nats.Connect(url, nkey(t, url))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-
 	// The pool is empty: no consumer, nothing stored, no audit record.
 	q, err := c.PoolQueue(ctxT(t), "default")
 	require.NoError(t, err)
 	require.Empty(t, q)
 
-	alice := personalityConsumer(t, js, "default", "alice")
-	personalityConsumer(t, js, "default", "carol") // a consumer with nothing waiting
-	personalityConsumer(t, js, "other", "dave")    // another pool's
+	// The scheduler's consumers.
+	alice, err := c.PersonalityConsumer(ctxT(t), "default", "alice", 5, bus.DefaultAckWait, 0)
+	require.NoError(t, err)
+	_, err = c.PersonalityConsumer(ctxT(t), "default", "carol", 5, bus.DefaultAckWait, 2) // nothing waiting
+	require.NoError(t, err)
+	_, err = c.PersonalityConsumer(ctxT(t), "other", "dave", 5, bus.DefaultAckWait, 0) // another pool's
+	require.NoError(t, err)
 	publishCalls(t, c, "default", "alice", "echo", 2)
 	publishCalls(t, c, "default", "alice", "sleep", 1)
 	publishCalls(t, c, "default", "bob", "echo", 2) // bob has no consumer yet
@@ -87,13 +66,8 @@ func TestPoolQueue(t *testing.T) {
 	publishCalls(t, c, "other", "eve", "echo", 4)
 
 	// One of alice's calls runs: delivered, not acknowledged.
-	batch, err := alice.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	got, _, err := alice.FetchNoWait(ctxT(t), 1, func(*bus.Msg) {})
 	require.NoError(t, err)
-	got := 0
-	for range batch.Messages() {
-		got++
-	}
-	require.NoError(t, batch.Error())
 	require.Equal(t, 1, got)
 
 	publishAudit(t, c, "echo",
