@@ -104,6 +104,8 @@ func commands() []command {
 		{"batch", "<calls.jsonl|-> [-o results.jsonl] [--wait d]",
 			"run every line of a JSONL file as a call; results as JSONL in input order", (*app).cmdBatch},
 		{"tools", "[--personality id] [--json]", "list the tool catalog (as the LLM of a personality sees it)", (*app).cmdTools},
+		{"queue", "[--pool p] [--json]",
+			"per personality of a pool: calls waiting and running, priority, weight, max concurrency, share of the starts of the last minute", (*app).cmdQueue},
 		{"explain", "[--personality id] [tool] [--json]",
 			"for each tool (or the one named): may the personality call it, the gate that refuses it, the grant a call gets", (*app).cmdExplain},
 		{"mcp", "[--personality id] | --http <addr> --tokens <file> [--timeout d]",

@@ -25,7 +25,7 @@ func TestHelpListsEveryCommandAndVariable(t *testing.T) {
 		code, stdout, stderr := runT(t, nil, "", arg)
 		require.Equal(t, exitOK, code)
 		require.Empty(t, stderr)
-		for _, c := range []string{"call", "batch", "tools", "explain", "mcp", "result", "cancel", "progress", "dlq", "console", "help"} {
+		for _, c := range []string{"call", "batch", "tools", "queue", "explain", "mcp", "result", "cancel", "progress", "dlq", "console", "help"} {
 			require.Regexp(t, `\n  `+c+`( |\n)`, stdout, "command %s", c)
 		}
 		for _, v := range configVars() {

@@ -82,6 +82,9 @@ type Console struct {
 
 	// pools caches the catalog's tool -> pool map, kept current by Start.
 	pools atomic.Pointer[map[string]string]
+
+	// queues caches each pool's queue for the pool page.
+	queues queueCache
 }
 
 // New checks cfg and builds a Console; the live views move once Start has

@@ -33,6 +33,8 @@ func parsePages() (map[string]*template.Template, error) {
 		"join":        strings.Join,
 		"pathEscape":  url.PathEscape,
 		"sub":         func(a, b int) int { return a - b },
+		"share":       FormatShare,
+		"maxConc":     FormatMaxConcurrency,
 	}
 	names, err := fs.Glob(files, "templates/*.html")
 	if err != nil {

@@ -11,7 +11,9 @@ import (
 type poolView struct {
 	poolSnapshot
 	Pools []poolRow
-	Local *localView
+	// Queues holds the queue of each pool of Pools, in that order.
+	Queues []queueView
+	Local  *localView
 }
 
 type poolRow struct {
@@ -47,6 +49,7 @@ func (c *Console) poolData(r *http.Request) poolView {
 	}
 	for _, name := range slicesSortedKeys(byPool) {
 		v.Pools = append(v.Pools, *byPool[name])
+		v.Queues = append(v.Queues, c.queue(r.Context(), name))
 	}
 	if l := c.cfg.Local; l != nil {
 		v.Local = &localView{ID: l.ID, Slots: l.Slots, Version: l.Version, Readiness: c.localReadiness(r.Context())}
