@@ -63,3 +63,39 @@ func TestProtocolDocHeadersMatchAResult(t *testing.T) {
 		require.Contains(t, documented, h, "a stored result carries %s, which docs/protocol.md's Headers table does not list for results", h)
 	}
 }
+
+// TestSecuritySuiteTableNamesRealTests: every test that docs/capabilities.md's
+// table of the security regression suite names exists in the package the
+// table gives (a renamed or deleted attack test fails here).
+func TestSecuritySuiteTableNamesRealTests(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../docs/capabilities.md")
+	require.NoError(t, err)
+	doc := string(b)
+	start := strings.Index(doc, "## The security regression suite")
+	require.Positive(t, start)
+	section := doc[start:]
+	section = section[:strings.Index(section[3:], "\n## ")+3]
+	// `pkg` `TestA`, `TestB`; `pkg2` `TestC`
+	group := regexp.MustCompile("`((?:internal|worker|cmd|client)[a-z/]*)` ((?:`(?:Test|Fuzz)[A-Za-z0-9]+`(?:, )?)+)")
+	name := regexp.MustCompile("`((?:Test|Fuzz)[A-Za-z0-9]+)`")
+	checked := 0
+	for _, g := range group.FindAllStringSubmatch(section, -1) {
+		dir := "../" + g[1]
+		var src strings.Builder
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err, "package %s named in the table", g[1])
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), "_test.go") {
+				data, err := os.ReadFile(dir + "/" + e.Name())
+				require.NoError(t, err)
+				src.Write(data)
+			}
+		}
+		for _, n := range name.FindAllStringSubmatch(g[2], -1) {
+			require.Contains(t, src.String(), "func "+n[1]+"(", "%s is named in the table but not in %s", n[1], g[1])
+			checked++
+		}
+	}
+	require.Greater(t, checked, 30)
+}
