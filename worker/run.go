@@ -305,13 +305,13 @@ func (w *Worker) scheduler() *sched.Scheduler {
 type schedBus struct{ w *Worker }
 
 func (b schedBus) Lane(ctx context.Context, personality string, maxInFlight int) (sched.Consumer, error) {
-	ctx, cancel := b.w.opCtx()
+	ctx, cancel := context.WithTimeout(ctx, callexec.OpTimeout)
 	defer cancel()
 	return b.w.conn.PersonalityConsumer(ctx, b.w.cfg.Pool, personality, b.w.cfg.MaxDeliver, b.w.cfg.AckWait, maxInFlight)
 }
 
 func (b schedBus) Waiting(ctx context.Context) (map[string]uint64, error) {
-	ctx, cancel := b.w.opCtx()
+	ctx, cancel := context.WithTimeout(ctx, callexec.OpTimeout)
 	defer cancel()
 	return b.w.conn.WaitingByPersonality(ctx, b.w.cfg.Pool)
 }

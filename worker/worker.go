@@ -27,7 +27,6 @@ import (
 	"github.com/capstanhq/capstan/worker/internal/catalog"
 	"github.com/capstanhq/capstan/worker/internal/diskguard"
 	"github.com/capstanhq/capstan/worker/internal/health"
-	"github.com/capstanhq/capstan/worker/internal/lease"
 	"github.com/capstanhq/capstan/worker/internal/mcptools"
 	"github.com/capstanhq/capstan/worker/internal/observe"
 	"github.com/capstanhq/capstan/worker/internal/policywatch"
@@ -65,7 +64,6 @@ type Worker struct {
 	// work hands fetched calls to the handler goroutines, one per slot.
 	work   chan delivery
 	timing bus.Timing
-	leases *lease.Leases
 	calls  sync.WaitGroup
 	// execBase is the parent of every call's context; it is cancelled with
 	// cancelbook.ErrShutdown when the shutdown grace ends.
