@@ -85,6 +85,14 @@ func (e *Executor) Run() {
 		return
 	}
 	defer e.lease.Release()
+	// An exclusive call must not run twice: its ledger is read once the
+	// lease is held. A run that finished stored its result before it
+	// released the lease, so a late duplicate, or a copy delivered by a
+	// consumer leader cut off from the others, finds it here; read before
+	// the lease, a run finishing in between would go unseen.
+	if e.exclusive && !e.notInLedger() {
+		return
+	}
 	stopBeat := e.s.leases.Heartbeat(e.m, e.lease, e.run)
 	defer stopBeat()
 	// (A scheduler hands the call to its executor once it may take a
@@ -140,17 +148,24 @@ func (e *Executor) decode() bool {
 // results stream is the ledger (docs/reliability.md): a call has been
 // answered iff its result subject holds a message. Reading it costs a
 // round trip, so it is read only where an answer may already be there: on
-// a redelivery, and before a call of an exclusive tool (which must not run
-// twice: a late duplicate of it is caught here). Any other duplicate runs
-// and finds out when its result is refused. A call already answered is
-// audited and acked without running (answeredBefore).
+// a redelivery, and for a call of an exclusive tool once its lease is held
+// (Run). Any other duplicate runs and finds out when its result is
+// refused.
 func (e *Executor) unanswered() bool {
-	s, m, cs := e.s, e.m, e.cs
-	h, known := s.tools.Lookup(e.call.Tool)
+	h, known := e.s.tools.Lookup(e.call.Tool)
 	e.exclusive = known && h.SideEffects.NeedsLease()
-	if m.Deliveries <= 1 && !e.exclusive {
+	if e.m.Deliveries <= 1 || e.exclusive {
 		return true
 	}
+	return e.notInLedger()
+}
+
+// notInLedger reads the call's result subject (from the stream's leader):
+// a call already answered is audited and acked without running
+// (answeredBefore), and a read that fails hands the call back for later.
+// It reports whether the call may run.
+func (e *Executor) notInLedger() bool {
+	s, m, cs := e.s, e.m, e.cs
 	stored, err := s.storedResult(e.ctx, &e.call)
 	if err != nil {
 		s.retryLater(e.ctx, m, &e.call, err)
