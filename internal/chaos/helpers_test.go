@@ -25,6 +25,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(nodeEnv); spec != "" {
+		os.Exit(runNode(spec)) // a node of a procCluster, not the tests
+	}
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
