@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -59,9 +60,19 @@ func runPartition(t *testing.T, batch string, inject, clear func(*procCluster, i
 	conn := connectRetry(t, bus.Config{URL: majority, Replicas: 3, Name: t.Name() + "-majority"})
 	putDefaultPersonality(t, conn)
 	minConn := connectRetry(t, bus.Config{URL: minority, Replicas: 3, Name: t.Name() + "-isolated"})
+	logs := map[string]*syncBuffer{}
 	for _, w := range []struct{ id, url string }{{"maj-1", majority}, {"maj-2", majority}, {"iso", minority}} {
-		startWorker(t, worker.Config{NATSURL: w.url, WorkerID: batch + "-" + w.id, StreamReplicas: 3, Concurrency: concurrency})
+		logs[w.id] = &syncBuffer{}
+		startWorker(t, worker.Config{NATSURL: w.url, WorkerID: batch + "-" + w.id, StreamReplicas: 3, Concurrency: concurrency,
+			Logger: slog.New(slog.NewJSONHandler(logs[w.id], nil))})
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for id, l := range logs {
+				t.Logf("log of worker %s (last 8 KiB):\n%s", id, tail(l.String(), 8<<10))
+			}
+		}
+	})
 	obs := newObserver(t, majority)
 	obs.moveLeaders(t, c.name(isolated))
 	setup := time.Since(began)
@@ -137,6 +148,13 @@ func runPartition(t *testing.T, batch string, inject, clear func(*procCluster, i
 		return err
 	})
 	changes := stopWatch()
+	// What each worker saw: results the ledger refused (another run of the
+	// call stored its result first), and results it had to publish again.
+	refused, republished := map[string]int{}, map[string]int{}
+	for id, l := range logs {
+		refused[id] = strings.Count(l.String(), "another run of the call stored its result first")
+		republished[id] = strings.Count(l.String(), "cannot publish result; retrying")
+	}
 
 	lost, dup := requireExactlyOnce(t, tl, ids)
 	executions, rerun, redelivered, byIsolated := 0, 0, 0, 0
@@ -156,10 +174,10 @@ func runPartition(t *testing.T, batch string, inject, clear func(*procCluster, i
 	}
 	require.Empty(t, dead, "dead letters")
 	t.Logf("calls=%d answered=%d lost=%d duplicated=%d dlq=%d executions=%d rerun=%d redelivered=%d answered_by_isolated_worker=%d "+
-		"fault_held=%s longest_gap_between_results=%s all_answered_after_heal=%s replicas_equal_after_heal=%s leader_changes=%v setup=%s total=%s",
+		"fault_held=%s longest_gap_between_results=%s all_answered_after_heal=%s replicas_equal_after_heal=%s leader_changes=%v ledger_refusals=%v publish_retries=%v setup=%s total=%s",
 		len(ids), len(tl.results), lost, dup, len(dead), executions, rerun, redelivered, byIsolated,
 		healAt.Sub(faultAt).Round(100*time.Millisecond), gap.Round(100*time.Millisecond), answeredAll.Round(100*time.Millisecond), recovered.Round(100*time.Millisecond),
-		changes, setup.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
+		changes, refused, republished, setup.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
 }
 
 // connectRetry connects with cfg (ensuring the topology) until it works or
@@ -218,7 +236,7 @@ func longestGap(ctx context.Context, conn *bus.Conn, batch string) (time.Duratio
 func (c *procCluster) waitReplicasAgree(t *testing.T, n int, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
-	var last []string
+	var last, slow []string
 	for {
 		last = last[:0]
 		agree := true
@@ -239,7 +257,13 @@ func (c *procCluster) waitReplicasAgree(t *testing.T, n int, d time.Duration) {
 				prog == want["CAPSTAN_PROGRESS"] && calls.Messages == 0
 		}
 		if agree {
+			if waited := d - time.Until(deadline); waited > 10*time.Second {
+				t.Logf("replicas agreed after %s; before that:\n%s", waited.Round(100*time.Millisecond), strings.Join(slow, "\n"))
+			}
 			return
+		}
+		if len(slow) < 40 {
+			slow = append(slow, time.Now().Format("15:04:05.0")+" "+strings.Join(last, " | "))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("replicas differ after %s (want %d results on each):\n%s", d, n, strings.Join(last, "\n"))
@@ -308,21 +332,27 @@ func (o *observer) moveLeaders(t *testing.T, node string) {
 	require.NoError(t, names.Err())
 	slices.Sort(all)
 	all = append(all, "CAPSTAN_CALLS/"+protocol.DefaultPool)
-	deadline := time.Now().Add(time.Minute)
 	for _, g := range all {
-		for o.leader(g) != node {
-			require.False(t, time.Now().After(deadline), "%s did not become the leader of %s", node, g)
-			api := "$JS.API.STREAM.LEADER.STEPDOWN." + g
-			if stream, cons, ok := strings.Cut(g, "/"); ok {
-				api = "$JS.API.CONSUMER.LEADER.STEPDOWN." + stream + "." + cons
-			}
-			if err := o.stepDown(api, node); err != nil {
-				t.Logf("step down %s: %v", g, err)
-			}
-			until := time.Now().Add(3 * time.Second)
-			for o.leader(g) != node && time.Now().Before(until) {
-				time.Sleep(50 * time.Millisecond)
-			}
+		o.moveLeader(t, g, node)
+	}
+}
+
+// moveLeader makes node the leader of group (a stream, or stream/consumer).
+func (o *observer) moveLeader(t *testing.T, group, node string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for o.leader(group) != node {
+		require.False(t, time.Now().After(deadline), "%s did not become the leader of %s", node, group)
+		api := "$JS.API.STREAM.LEADER.STEPDOWN." + group
+		if stream, cons, ok := strings.Cut(group, "/"); ok {
+			api = "$JS.API.CONSUMER.LEADER.STEPDOWN." + stream + "." + cons
+		}
+		if err := o.stepDown(api, node); err != nil {
+			t.Logf("step down %s: %v", group, err)
+		}
+		until := time.Now().Add(3 * time.Second)
+		for o.leader(group) != node && time.Now().Before(until) {
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 }
@@ -399,4 +429,52 @@ func (o *observer) watchLeaders(t *testing.T) func() map[string]int {
 	}
 	t.Cleanup(func() { finish() })
 	return finish
+}
+
+// TestPartitionLedgerReadIsNotStale: the worker reads the results stream
+// (bus.Conn.LastMsg) to learn whether a call has been answered. A replica
+// cut off from the stream's leader must not answer that read with "no
+// result" for a result the majority stored meanwhile: a worker connected to
+// it would run the call again (and, for a tool of exclusive side effects,
+// twice). The read may fail while no leader is reachable; once healed it
+// finds the result.
+func TestPartitionLedgerReadIsNotStale(t *testing.T) {
+	t.Parallel()
+	const isolated = 0
+	c := newProcCluster(t, 3)
+	conn := connectRetry(t, bus.Config{URL: c.url(1, 2), Replicas: 3, Name: t.Name() + "-majority"})
+	isoConn := connectRetry(t, bus.Config{URL: c.url(isolated), Replicas: 3, Name: t.Name() + "-isolated"})
+	obs := newObserver(t, c.url(1, 2))
+	obs.moveLeader(t, "CAPSTAN_RESULTS", c.name(1)) // the isolated node is a follower
+
+	store := func(subject string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			err := conn.PublishFirst(ctxT(t, 5*time.Second), subject, []byte(`{}`), nil)
+			if err == nil {
+				return
+			}
+			require.False(t, time.Now().After(deadline), "store %s: %v", subject, err)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	before, after := "capstan.result.default.ledger.before", "capstan.result.default.ledger.after"
+	store(before)
+	require.Eventually(t, func() bool {
+		st, err := c.localStreams(ctxT(t, 10*time.Second), isolated)
+		return err == nil && st["CAPSTAN_RESULTS"].Messages == 1
+	}, time.Minute, 50*time.Millisecond, "the isolated node's replica holds the first result")
+
+	c.isolate(isolated)
+	store(after) // the majority stores it
+	for range 5 {
+		_, err := isoConn.LastMsg(ctxT(t, 10*time.Second), "CAPSTAN_RESULTS", after)
+		require.NotErrorIs(t, err, bus.ErrNotFound, "the isolated replica answered that no result is stored")
+	}
+	c.heal()
+	require.Eventually(t, func() bool {
+		m, err := isoConn.LastMsg(ctxT(t, 10*time.Second), "CAPSTAN_RESULTS", after)
+		return err == nil && m.Subject == after
+	}, time.Minute, 100*time.Millisecond, "the result is read once healed")
 }
