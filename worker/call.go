@@ -142,23 +142,13 @@ func (d *delivery) handle() {
 	// The results stream is the ledger (docs/reliability.md): a call has
 	// been answered iff its result subject holds a message. Reading it
 	// costs a round trip, so it is read only where an answer may already
-	// be there: on a redelivery, and before a call of an exclusive tool
-	// (which must not run twice: a late duplicate of it is caught here).
-	// Any other duplicate runs and finds out when its result is refused.
+	// be there: on a redelivery, and for a call of an exclusive tool once
+	// its lease is held (below). Any other duplicate runs and finds out
+	// when its result is refused.
 	h, known := w.lookup(d.call.Tool)
 	exclusive := known && h.SideEffects.NeedsLease()
-	if m.Deliveries > 1 || exclusive {
-		stored, err := w.storedResult(d.ctx, &d.call)
-		if err != nil {
-			w.retryLater(d.ctx, m, &d.call, err)
-			cs.outcome = "retry"
-			return
-		}
-		if stored != nil {
-			d.answeredBefore(stored)
-			cs.outcome = "duplicate"
-			return
-		}
+	if m.Deliveries > 1 && !exclusive && d.settledByLedger() {
+		return
 	}
 
 	r := &running{seq: m.StreamSeq, personality: d.call.PersonalityID, tool: d.call.Tool}
@@ -194,6 +184,14 @@ func (d *delivery) handle() {
 		d.lease = l
 	}
 	defer d.lease.release()
+	// An exclusive call must not run twice: its ledger is read once the
+	// lease is held. A run that finished stored its result before it
+	// released the lease, so a late duplicate, or a copy delivered by a
+	// consumer leader cut off from the others, finds it here; read before
+	// the lease, a run finishing in between would go unseen.
+	if exclusive && d.settledByLedger() {
+		return
+	}
 	stopBeat := w.heartbeat(m, d.lease, r)
 	defer stopBeat()
 	o := d.process()
@@ -213,6 +211,24 @@ func (d *delivery) handle() {
 	default:
 		d.deliver(o)
 	}
+}
+
+// settledByLedger reads the call's result subject: a call already answered
+// is audited and acked without running (answeredBefore), and a read that
+// fails hands the call back for later. It reports whether either happened.
+func (d *delivery) settledByLedger() bool {
+	stored, err := d.w.storedResult(d.ctx, &d.call)
+	if err != nil {
+		d.w.retryLater(d.ctx, d.m, &d.call, err)
+		d.cs.outcome = "retry"
+		return true
+	}
+	if stored != nil {
+		d.answeredBefore(stored)
+		d.cs.outcome = "duplicate"
+		return true
+	}
+	return false
 }
 
 // storedResult returns the result the results stream holds for call, or
