@@ -25,10 +25,11 @@
 //  1. Decode the subject and the body; a malformed call is answered and
 //     dead-lettered (rejectMalformed). The subject's personality decides;
 //     a body naming another is refused.
-//  2. The results stream is the ledger. On a redelivery, and before a call
-//     of an exclusive tool (tool.SideEffects), storedResult reads the
-//     call's result subject; a call already answered is audited and acked
-//     without running (answeredBefore).
+//  2. The results stream is the ledger. On a redelivery, and for a call of
+//     an exclusive tool (tool.SideEffects) once its lease is held (step 4),
+//     storedResult reads the call's result subject from the stream's
+//     leader; a call already answered is audited and acked without running
+//     (answeredBefore).
 //  3. register enters the call in the in-flight book (cancelbook.Book),
 //     which gives it the cancel request booked for it, if any, under the
 //     same lock that books requests.

@@ -71,14 +71,26 @@ func (c *Conn) Tail(ctx context.Context, stream string, filters []string, start 
 // ErrNotFound is returned when a stream message does not exist.
 var ErrNotFound = errors.New("message not found")
 
-// LastMsg returns the last message on subject (which may hold wildcards) in stream.
+// LastMsg returns the last message on subject (which may hold wildcards) in
+// stream, as the stream's leader has it: the read is never answered by a
+// replica that may be behind (a direct get is, by whichever replica is
+// nearest, even one cut off from the others or still catching up after a
+// partition, and would report a stored message as missing). While the
+// stream has no reachable leader the read fails; it never reports
+// ErrNotFound for a message that a quorum has stored.
 func (c *Conn) LastMsg(ctx context.Context, stream, subject string) (*Msg, error) {
-	var raw *jetstream.RawStreamMsg
-	err := c.readStream(ctx, stream, func(ctx context.Context, s jetstream.Stream) (err error) {
-		raw, err = s.GetLastMsgForSubject(ctx, subject)
+	var raw *nats.RawStreamMsg
+	err := c.den.guard(ctx, apiStreamRead(stream), func(ctx context.Context) error {
+		js, err := c.nc.JetStream()
+		if err != nil {
+			return err
+		}
+		// nats.go's JetStreamContext reads with $JS.API.STREAM.MSG.GET
+		// (answered by the leader only) unless told nats.DirectGet().
+		raw, err = js.GetLastMsg(stream, subject, nats.Context(ctx))
 		return err
 	})
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if errors.Is(err, nats.ErrMsgNotFound) {
 		return nil, ErrNotFound
 	}
 	if err != nil {

@@ -25,6 +25,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(nodeEnv); spec != "" {
+		os.Exit(runNode(spec)) // a node of a procCluster, not the tests
+	}
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
@@ -152,12 +155,14 @@ func (p *proc) waitExit(t *testing.T, d time.Duration) {
 }
 
 // startWorker runs an in-process worker with the built-in tools until the
-// test ends.
+// test ends. Its log is discarded unless cfg.Logger is set.
 func startWorker(t *testing.T, cfg worker.Config) {
 	t.Helper()
 	cfg.AckWait = ackWait
 	cfg.ShutdownGrace = time.Millisecond
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	w, err := worker.New(cfg, builtin.All()...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
