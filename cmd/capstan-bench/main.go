@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	var quiet, serverProcess bool
 	var serveDir string
 	var soak int
-	var soakChunk time.Duration
+	var soakChunk, soakSettle time.Duration
 	fs.DurationVar(&cfg.Duration, "duration", 0, "measured time of each run (default 5s)")
 	fs.DurationVar(&cfg.Warmup, "warmup", 0, "load before each measurement (default 1s)")
 	fs.IntVar(&cfg.Repeats, "repeats", 0, "runs of every scenario, interleaved (the order reversed every second repeat); medians and min–max are reported (default 3)")
@@ -79,7 +79,8 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.BoolVar(&serverProcess, "server-process", false, "run the embedded server in a child process, so the garbage collector of the benchmark's process does not mark the server's heap")
 	fs.IntVar(&soak, "soak", 0, "instead of the scenarios, answer this many echo calls at saturation and print the server's state before and after (memory, and every stream's messages, bytes and keys) and its cost per retained result; with -server-process, the server process's own memory")
 	fs.DurationVar(&soakChunk, "soak-chunk", 0, "with -soak: how long each chunk of load runs, a progress line each (default 10s)")
-	fs.StringVar(&serverMemProfile, "server-memprofile", "", "with -soak and -server-process: write the server process's heap profile to this file at the end of the soak")
+	fs.DurationVar(&soakSettle, "soak-settle", 0, "with -soak: wait this long, idle, after the load and report the state once more (16m outlasts the calls stream's 15 min de-duplication window: what is left is what the retained results cost)")
+	fs.StringVar(&serverMemProfile, "server-memprofile", "", "with -soak and -server-process: write the server process's heap profile to this file at the end of the soak (and, with -soak-settle, once settled to this file with .settled appended)")
 	fs.StringVar(&serveDir, "serve", "", "run only the embedded server, storing in this directory, print its URL and serve until stdin closes (what -server-process runs)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -111,8 +112,11 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 		if soakChunk < 0 {
 			return fmt.Errorf("-soak-chunk must be positive, got %s", soakChunk)
 		}
+		if soakSettle < 0 {
+			return fmt.Errorf("-soak-settle must not be negative, got %s", soakSettle)
+		}
 		return runSoak(ctx, bench.SoakConfig{Calls: soak, Concurrency: cfg.Concurrency, ArgBytes: cfg.ArgBytes,
-			Dir: cfg.DataDir, Chunk: soakChunk, Progress: cfg.Progress}, serverProcess, serverMemProfile, jsonPath, stdout, stderr)
+			Dir: cfg.DataDir, Chunk: soakChunk, Settle: soakSettle, Progress: cfg.Progress}, serverProcess, serverMemProfile, jsonPath, stdout, stderr)
 	}
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)

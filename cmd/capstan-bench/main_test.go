@@ -49,6 +49,7 @@ func TestHelpAndBadArguments(t *testing.T) {
 		{"server profile without server process", []string{"-server-memprofile", "h.out", "-soak", "10"}, "-server-memprofile needs -soak and -server-process"},
 		{"negative soak", []string{"-soak", "-3"}, "-soak must be a positive number of calls, got -3"},
 		{"negative soak chunk", []string{"-soak", "3", "-soak-chunk", "-1s"}, "-soak-chunk must be positive, got -1s"},
+		{"negative soak settle", []string{"-soak", "3", "-soak-settle", "-1s"}, "-soak-settle must not be negative, got -1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -104,7 +105,7 @@ func TestSoakServerProcess(t *testing.T) {
 	var errb lockedBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	err := run(ctx, []string{"-soak", "200", "-soak-chunk", "200ms", "-concurrency", "4", "-arg-bytes", "256",
+	err := run(ctx, []string{"-soak", "200", "-soak-chunk", "200ms", "-soak-settle", "100ms", "-concurrency", "4", "-arg-bytes", "256",
 		"-server-process", "-server-memprofile", prof, "-json", jsonPath}, noEnv, &out, &errb)
 	require.NoError(t, err, errb.String())
 	require.Contains(t, out.String(), "in its own process")
@@ -118,6 +119,7 @@ func TestSoakServerProcess(t *testing.T) {
 		RetainedResults int64    `json:"retained_results"`
 		ServerHeap      *float64 `json:"server_heap_bytes_per_retained_result"`
 		ServerRSS       *float64 `json:"server_rss_bytes_per_retained_result"`
+		SettledHeap     *float64 `json:"settled_server_heap_bytes_per_retained_result"`
 		Audit           float64  `json:"audit_disk_bytes_per_call"`
 		After           struct {
 			Server *struct {
@@ -131,13 +133,17 @@ func TestSoakServerProcess(t *testing.T) {
 	require.GreaterOrEqual(t, rep.RetainedResults, int64(rep.Calls))
 	require.NotNil(t, rep.ServerHeap)
 	require.NotNil(t, rep.ServerRSS)
+	require.NotNil(t, rep.SettledHeap)
 	require.Positive(t, rep.Audit)
 	require.NotNil(t, rep.After.Server)
 	require.Positive(t, rep.After.Server.HeapInuse)
 	require.Positive(t, rep.After.Server.RSS)
-	st, err := os.Stat(prof)
-	require.NoError(t, err)
-	require.Positive(t, st.Size())
+	for _, p := range []string{prof, prof + ".settled"} {
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		require.Positive(t, st.Size(), p)
+	}
+	require.Contains(t, out.String(), "settled (100ms later)")
 }
 
 // lockedBuffer is a bytes.Buffer that several goroutines may write.

@@ -94,7 +94,7 @@ func TestSoakWithServerProcessProtocol(t *testing.T) {
 	c, dir := startServe(t, ctx)
 	prof := filepath.Join(t.TempDir(), "server-heap.out")
 	var progress bytes.Buffer
-	rep, err := bench.Soak(ctx, bench.SoakConfig{Calls: 200, Concurrency: 4, ArgBytes: 256, Chunk: 200 * time.Millisecond,
+	rep, err := bench.Soak(ctx, bench.SoakConfig{Calls: 200, Concurrency: 4, ArgBytes: 256, Chunk: 200 * time.Millisecond, Settle: 50 * time.Millisecond,
 		ServerURL: c.URL(), ServerCreds: bench.ServeCredsFile(dir), Server: c, ServerHeapProfile: prof, Progress: &progress})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, rep.Calls, 200)
@@ -105,16 +105,22 @@ func TestSoakWithServerProcessProtocol(t *testing.T) {
 	require.GreaterOrEqual(t, rep.RetainedResults, int64(rep.Calls), "every answered call keeps its result")
 	require.NotNil(t, rep.ServerHeapBytesPerRetainedResult)
 	require.NotNil(t, rep.ServerRSSBytesPerRetainedResult)
+	require.NotNil(t, rep.Settled)
+	require.NotNil(t, rep.Settled.Server)
+	require.NotNil(t, rep.SettledServerHeapBytesPerRetainedResult)
+	require.NotNil(t, rep.SettledServerRSSBytesPerRetainedResult)
 	require.Greater(t, rep.ResultsDiskBytesPerRetainedResult, 256.0, "a result carries the text back")
 	require.Positive(t, rep.AuditDiskBytesPerCall)
 	require.Contains(t, progress.String(), "soak: ")
-	st, err := os.Stat(prof)
-	require.NoError(t, err)
-	require.Positive(t, st.Size())
+	for _, p := range []string{prof, prof + ".settled"} {
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		require.Positive(t, st.Size(), p)
+	}
 
 	var table bytes.Buffer
 	require.NoError(t, rep.WriteTable(&table))
-	for _, want := range []string{"in its own process", "server Go heap in use", "per retained result", "server heap", "audit stream", "CAPSTAN_RESULTS"} {
+	for _, want := range []string{"in its own process", "server Go heap in use", "per retained result", "server heap", "server heap, settled", "settled (50ms later)", "audit stream", "CAPSTAN_RESULTS"} {
 		require.Contains(t, table.String(), want)
 	}
 	data, err := json.Marshal(rep)

@@ -39,8 +39,16 @@ type SoakConfig struct {
 	// has the server's own memory per retained result.
 	Server ServerProbe
 	// ServerHeapProfile, when set (with Server), is where the server
-	// process writes its heap profile at the end of the soak.
+	// process writes its heap profile at the end of the soak; with Settle,
+	// it writes a second one, once settled, to ServerHeapProfile+".settled".
 	ServerHeapProfile string
+	// Settle, when positive, is how long the soak waits, idle, after the
+	// state after the load before it takes the state once more (Settled):
+	// long enough, the server has dropped what it keeps only for a while
+	// (block caches after 10 s, per-block subject state after 2 min, the
+	// calls stream's de-duplication ids after its window, 15 min), and
+	// what is left is what the retained results cost.
+	Settle time.Duration
 	// Chunk is how long each chunk of load runs; 10s when 0.
 	Chunk time.Duration
 	// Progress, when set, receives a line per chunk of calls.
@@ -72,6 +80,10 @@ type SoakReport struct {
 	ServerInProcess bool      `json:"server_in_process"`
 	Before          SoakState `json:"before"`
 	After           SoakState `json:"after"`
+	// Settle and Settled are the idle wait after the load and the state
+	// after it (SoakConfig.Settle); Settled is nil without one.
+	Settle  time.Duration `json:"settle,omitempty"`
+	Settled *SoakState    `json:"settled,omitempty"`
 	// RetainedResults is the results stream's messages after the soak
 	// minus before: the results the server keeps for the stream's MaxAge.
 	RetainedResults int64 `json:"retained_results"`
@@ -81,6 +93,11 @@ type SoakReport struct {
 	// process with a SoakConfig.Server.
 	ServerHeapBytesPerRetainedResult *float64 `json:"server_heap_bytes_per_retained_result,omitempty"`
 	ServerRSSBytesPerRetainedResult  *float64 `json:"server_rss_bytes_per_retained_result,omitempty"`
+	// SettledServerHeapBytesPerRetainedResult and
+	// SettledServerRSSBytesPerRetainedResult are the same from the settled
+	// state (with SoakConfig.Settle).
+	SettledServerHeapBytesPerRetainedResult *float64 `json:"settled_server_heap_bytes_per_retained_result,omitempty"`
+	SettledServerRSSBytesPerRetainedResult  *float64 `json:"settled_server_rss_bytes_per_retained_result,omitempty"`
 	// ResultsDiskBytesPerRetainedResult is the results stream's stored
 	// bytes (stream state) over the retained results.
 	ResultsDiskBytesPerRetainedResult float64 `json:"results_disk_bytes_per_retained_result"`
@@ -173,6 +190,26 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 			return nil, err
 		}
 	}
+	if cfg.Settle > 0 {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "soak: load done, settling for %s\n", cfg.Settle)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(cfg.Settle):
+		}
+		st, err := e.soakState(ctx, cfg.Server)
+		if err != nil {
+			return nil, err
+		}
+		rep.Settle, rep.Settled = cfg.Settle, &st
+		if cfg.ServerHeapProfile != "" {
+			if err := cfg.Server.WriteHeapProfile(ctx, cfg.ServerHeapProfile+".settled"); err != nil {
+				return nil, err
+			}
+		}
+	}
 	rep.perResult(e.names.ResultsStream(), e.names.AuditStream())
 	return rep, nil
 }
@@ -209,6 +246,10 @@ func (r *SoakReport) perResult(results, audit string) {
 	if b, a := r.Before.Server, r.After.Server; b != nil && a != nil {
 		r.ServerHeapBytesPerRetainedResult = per(b.HeapInuse, a.HeapInuse)
 		r.ServerRSSBytesPerRetainedResult = per(b.RSS, a.RSS)
+		if r.Settled != nil && r.Settled.Server != nil {
+			r.SettledServerHeapBytesPerRetainedResult = per(b.HeapInuse, r.Settled.Server.HeapInuse)
+			r.SettledServerRSSBytesPerRetainedResult = per(b.RSS, r.Settled.Server.RSS)
+		}
 	}
 }
 
@@ -258,23 +299,11 @@ func (r *SoakReport) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "soak: %d calls in %s, %d errors; %s, nats-server %s %s, %d slots, %d-byte args\n\n",
 		r.Calls, r.Elapsed, r.Errors, r.GoVersion, r.NATSServer, where, r.Concurrency, r.ArgBytes)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\tbefore\tafter")
-	if b, a := r.Before.Server, r.After.Server; b != nil && a != nil {
-		fmt.Fprintf(tw, "server process RSS\t%s\t%s\n", bus.FormatBytes(int64(b.RSS)), bus.FormatBytes(int64(a.RSS)))
-		fmt.Fprintf(tw, "server Go heap in use\t%s\t%s\n", bus.FormatBytes(int64(b.HeapInuse)), bus.FormatBytes(int64(a.HeapInuse)))
-		fmt.Fprintf(tw, "server heap objects\t%d\t%d\n", b.HeapObjects, a.HeapObjects)
-		fmt.Fprintf(tw, "benchmark process RSS (worker, load)\t%s\t%s\n", bus.FormatBytes(int64(r.Before.RSSBytes)), bus.FormatBytes(int64(r.After.RSSBytes)))
-		fmt.Fprintf(tw, "benchmark Go heap in use\t%s\t%s\n", bus.FormatBytes(int64(r.Before.HeapBytes)), bus.FormatBytes(int64(r.After.HeapBytes)))
-	} else {
-		fmt.Fprintf(tw, "process RSS\t%s\t%s\n", bus.FormatBytes(int64(r.Before.RSSBytes)), bus.FormatBytes(int64(r.After.RSSBytes)))
-		fmt.Fprintf(tw, "Go heap in use\t%s\t%s\n", bus.FormatBytes(int64(r.Before.HeapBytes)), bus.FormatBytes(int64(r.After.HeapBytes)))
-	}
-	if err := tw.Flush(); err != nil {
+	if err := r.writeMemory(w); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "stream\tmsgs before\tmsgs after\tbytes before\tbytes after\tsubjects/keys before\tsubjects/keys after")
 	before := map[string]bus.StreamState{}
 	for _, s := range r.Before.Streams {
@@ -293,10 +322,54 @@ func (r *SoakReport) WriteTable(w io.Writer) error {
 	if r.ServerHeapBytesPerRetainedResult != nil && r.ServerRSSBytesPerRetainedResult != nil {
 		fmt.Fprintf(tw, "server heap\t%.0f bytes\n", *r.ServerHeapBytesPerRetainedResult)
 		fmt.Fprintf(tw, "server RSS\t%.0f bytes\n", *r.ServerRSSBytesPerRetainedResult)
+		if r.SettledServerHeapBytesPerRetainedResult != nil && r.SettledServerRSSBytesPerRetainedResult != nil {
+			fmt.Fprintf(tw, "server heap, settled\t%.0f bytes\n", *r.SettledServerHeapBytesPerRetainedResult)
+			fmt.Fprintf(tw, "server RSS, settled\t%.0f bytes\n", *r.SettledServerRSSBytesPerRetainedResult)
+		}
 	} else {
 		fmt.Fprintln(tw, "server heap, RSS\tnot measured (the server shares the process; use -server-process)")
 	}
 	fmt.Fprintf(tw, "results stream\t%.0f bytes stored\n", r.ResultsDiskBytesPerRetainedResult)
 	fmt.Fprintf(tw, "audit stream\t%.0f bytes stored per call\n", r.AuditDiskBytesPerCall)
+	return tw.Flush()
+}
+
+// writeMemory prints the memory table: before and after the load, and
+// settled when there is a settled state.
+func (r *SoakReport) writeMemory(w io.Writer) error {
+	states := []SoakState{r.Before, r.After}
+	head := "\tbefore\tafter"
+	if r.Settled != nil {
+		states = append(states, *r.Settled)
+		head += "\tsettled (" + r.Settle.String() + " later)"
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, head)
+	row := func(name string, v func(SoakState) string) {
+		fmt.Fprint(tw, name)
+		for _, st := range states {
+			fmt.Fprint(tw, "\t"+v(st))
+		}
+		fmt.Fprintln(tw)
+	}
+	size := func(n uint64) string { return bus.FormatBytes(int64(n)) }
+	server := func(v func(ServerMemory) string) func(SoakState) string {
+		return func(st SoakState) string {
+			if st.Server == nil {
+				return "-"
+			}
+			return v(*st.Server)
+		}
+	}
+	if r.Before.Server != nil {
+		row("server process RSS", server(func(m ServerMemory) string { return size(m.RSS) }))
+		row("server Go heap in use", server(func(m ServerMemory) string { return size(m.HeapInuse) }))
+		row("server heap objects", server(func(m ServerMemory) string { return strconv.FormatUint(m.HeapObjects, 10) }))
+		row("benchmark process RSS (worker, load)", func(st SoakState) string { return size(st.RSSBytes) })
+		row("benchmark Go heap in use", func(st SoakState) string { return size(st.HeapBytes) })
+	} else {
+		row("process RSS", func(st SoakState) string { return size(st.RSSBytes) })
+		row("Go heap in use", func(st SoakState) string { return size(st.HeapBytes) })
+	}
 	return tw.Flush()
 }
