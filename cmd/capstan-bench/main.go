@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.DurationVar(&soakChunk, "soak-chunk", 0, "with -soak: how long each chunk of load runs, a progress line each (default 10s)")
 	fs.DurationVar(&soakSettle, "soak-settle", 0, "with -soak: wait this long, idle, after the load and report the state once more (16m outlasts the calls stream's 15 min de-duplication window: what is left is what the retained results cost)")
 	fs.StringVar(&serverMemProfile, "server-memprofile", "", "with -soak and -server-process: write the server process's heap profile to this file at the end of the soak (and, with -soak-settle, once settled to this file with .settled appended)")
-	fs.StringVar(&serveDir, "serve", "", "run only the embedded server, storing in this directory, print its URL and serve until stdin closes (what -server-process runs)")
+	fs.StringVar(&serveDir, "serve", "", "run only the embedded server, storing in this directory, print its URL and serve until stdin closes, answering the commands memory and heapprofile <path> read from stdin (what -server-process runs)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
