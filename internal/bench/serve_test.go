@@ -109,6 +109,8 @@ func TestSoakWithServerProcessProtocol(t *testing.T) {
 	require.NotNil(t, rep.Settled.Server)
 	require.NotNil(t, rep.SettledServerHeapBytesPerRetainedResult)
 	require.NotNil(t, rep.SettledServerRSSBytesPerRetainedResult)
+	require.NotNil(t, rep.ServerLiveBytesPerRetainedResult)
+	require.NotNil(t, rep.SettledServerLiveBytesPerRetainedResult)
 	require.Greater(t, rep.ResultsDiskBytesPerRetainedResult, 256.0, "a result carries the text back")
 	require.Positive(t, rep.AuditDiskBytesPerCall)
 	require.Contains(t, progress.String(), "soak: ")
@@ -120,14 +122,14 @@ func TestSoakWithServerProcessProtocol(t *testing.T) {
 
 	var table bytes.Buffer
 	require.NoError(t, rep.WriteTable(&table))
-	for _, want := range []string{"in its own process", "server Go heap in use", "per retained result", "server heap", "server heap, settled", "settled (50ms later)", "audit stream", "CAPSTAN_RESULTS"} {
+	for _, want := range []string{"in its own process", "server Go heap in use", "per retained result", "server heap", "server heap, settled", "server live heap objects, settled", "settled (50ms later)", "audit stream", "CAPSTAN_RESULTS"} {
 		require.Contains(t, table.String(), want)
 	}
 	data, err := json.Marshal(rep)
 	require.NoError(t, err)
 	var back map[string]any
 	require.NoError(t, json.Unmarshal(data, &back))
-	for _, key := range []string{"server_heap_bytes_per_retained_result", "server_rss_bytes_per_retained_result", "audit_disk_bytes_per_call", "retained_results", "nats_server"} {
+	for _, key := range []string{"server_heap_bytes_per_retained_result", "server_rss_bytes_per_retained_result", "server_live_bytes_per_retained_result", "settled_server_live_bytes_per_retained_result", "audit_disk_bytes_per_call", "retained_results", "nats_server"} {
 		require.Contains(t, back, key)
 	}
 }

@@ -93,11 +93,16 @@ type SoakReport struct {
 	// process with a SoakConfig.Server.
 	ServerHeapBytesPerRetainedResult *float64 `json:"server_heap_bytes_per_retained_result,omitempty"`
 	ServerRSSBytesPerRetainedResult  *float64 `json:"server_rss_bytes_per_retained_result,omitempty"`
+	// ServerLiveBytesPerRetainedResult is the growth of the server's live
+	// heap objects (HeapAlloc; heap in use also counts the free room of
+	// spans still in use) over the retained results.
+	ServerLiveBytesPerRetainedResult *float64 `json:"server_live_bytes_per_retained_result,omitempty"`
 	// SettledServerHeapBytesPerRetainedResult and
 	// SettledServerRSSBytesPerRetainedResult are the same from the settled
 	// state (with SoakConfig.Settle).
 	SettledServerHeapBytesPerRetainedResult *float64 `json:"settled_server_heap_bytes_per_retained_result,omitempty"`
 	SettledServerRSSBytesPerRetainedResult  *float64 `json:"settled_server_rss_bytes_per_retained_result,omitempty"`
+	SettledServerLiveBytesPerRetainedResult *float64 `json:"settled_server_live_bytes_per_retained_result,omitempty"`
 	// ResultsDiskBytesPerRetainedResult is the results stream's stored
 	// bytes (stream state) over the retained results.
 	ResultsDiskBytesPerRetainedResult float64 `json:"results_disk_bytes_per_retained_result"`
@@ -246,9 +251,11 @@ func (r *SoakReport) perResult(results, audit string) {
 	if b, a := r.Before.Server, r.After.Server; b != nil && a != nil {
 		r.ServerHeapBytesPerRetainedResult = per(b.HeapInuse, a.HeapInuse)
 		r.ServerRSSBytesPerRetainedResult = per(b.RSS, a.RSS)
-		if r.Settled != nil && r.Settled.Server != nil {
-			r.SettledServerHeapBytesPerRetainedResult = per(b.HeapInuse, r.Settled.Server.HeapInuse)
-			r.SettledServerRSSBytesPerRetainedResult = per(b.RSS, r.Settled.Server.RSS)
+		r.ServerLiveBytesPerRetainedResult = per(b.HeapAlloc, a.HeapAlloc)
+		if st := r.Settled; st != nil && st.Server != nil {
+			r.SettledServerHeapBytesPerRetainedResult = per(b.HeapInuse, st.Server.HeapInuse)
+			r.SettledServerRSSBytesPerRetainedResult = per(b.RSS, st.Server.RSS)
+			r.SettledServerLiveBytesPerRetainedResult = per(b.HeapAlloc, st.Server.HeapAlloc)
 		}
 	}
 }
@@ -322,9 +329,15 @@ func (r *SoakReport) WriteTable(w io.Writer) error {
 	if r.ServerHeapBytesPerRetainedResult != nil && r.ServerRSSBytesPerRetainedResult != nil {
 		fmt.Fprintf(tw, "server heap\t%.0f bytes\n", *r.ServerHeapBytesPerRetainedResult)
 		fmt.Fprintf(tw, "server RSS\t%.0f bytes\n", *r.ServerRSSBytesPerRetainedResult)
+		if r.ServerLiveBytesPerRetainedResult != nil {
+			fmt.Fprintf(tw, "server live heap objects\t%.0f bytes\n", *r.ServerLiveBytesPerRetainedResult)
+		}
 		if r.SettledServerHeapBytesPerRetainedResult != nil && r.SettledServerRSSBytesPerRetainedResult != nil {
 			fmt.Fprintf(tw, "server heap, settled\t%.0f bytes\n", *r.SettledServerHeapBytesPerRetainedResult)
 			fmt.Fprintf(tw, "server RSS, settled\t%.0f bytes\n", *r.SettledServerRSSBytesPerRetainedResult)
+		}
+		if r.SettledServerLiveBytesPerRetainedResult != nil {
+			fmt.Fprintf(tw, "server live heap objects, settled\t%.0f bytes\n", *r.SettledServerLiveBytesPerRetainedResult)
 		}
 	} else {
 		fmt.Fprintln(tw, "server heap, RSS\tnot measured (the server shares the process; use -server-process)")
@@ -364,6 +377,7 @@ func (r *SoakReport) writeMemory(w io.Writer) error {
 	if r.Before.Server != nil {
 		row("server process RSS", server(func(m ServerMemory) string { return size(m.RSS) }))
 		row("server Go heap in use", server(func(m ServerMemory) string { return size(m.HeapInuse) }))
+		row("server live heap objects", server(func(m ServerMemory) string { return size(m.HeapAlloc) }))
 		row("server heap objects", server(func(m ServerMemory) string { return strconv.FormatUint(m.HeapObjects, 10) }))
 		row("benchmark process RSS (worker, load)", func(st SoakState) string { return size(st.RSSBytes) })
 		row("benchmark Go heap in use", func(st SoakState) string { return size(st.HeapBytes) })
