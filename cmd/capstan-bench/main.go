@@ -4,7 +4,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -56,10 +56,11 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 		fs.PrintDefaults()
 	}
 	var cfg bench.Config
-	var scenarios, jsonPath, cpuProfile, memProfile string
+	var scenarios, jsonPath, cpuProfile, memProfile, serverMemProfile string
 	var quiet, serverProcess bool
 	var serveDir string
 	var soak int
+	var soakChunk, soakSettle time.Duration
 	fs.DurationVar(&cfg.Duration, "duration", 0, "measured time of each run (default 5s)")
 	fs.DurationVar(&cfg.Warmup, "warmup", 0, "load before each measurement (default 1s)")
 	fs.IntVar(&cfg.Repeats, "repeats", 0, "runs of every scenario, interleaved (the order reversed every second repeat); medians and min–max are reported (default 3)")
@@ -76,8 +77,11 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&serverProcess, "server-process", false, "run the embedded server in a child process, so the garbage collector of the benchmark's process does not mark the server's heap")
-	fs.IntVar(&soak, "soak", 0, "instead of the scenarios, answer this many echo calls at saturation and print the server's state before and after (memory, and every stream's messages, bytes and keys)")
-	fs.StringVar(&serveDir, "serve", "", "run only the embedded server, storing in this directory, print its URL and serve until stdin closes (what -server-process runs)")
+	fs.IntVar(&soak, "soak", 0, "instead of the scenarios, answer this many echo calls at saturation and print the server's state before and after (memory, and every stream's messages, bytes and keys) and its cost per retained result; with -server-process, the server process's own memory")
+	fs.DurationVar(&soakChunk, "soak-chunk", 0, "with -soak: how long each chunk of load runs, a progress line each (default 10s)")
+	fs.DurationVar(&soakSettle, "soak-settle", 0, "with -soak: wait this long, idle, after the load and report the state once more (16m outlasts the calls stream's 15 min de-duplication window: what is left is what the retained results cost)")
+	fs.StringVar(&serverMemProfile, "server-memprofile", "", "with -soak and -server-process: write the server process's heap profile to this file at the end of the soak (and, with -soak-settle, once settled to this file with .settled appended)")
+	fs.StringVar(&serveDir, "serve", "", "run only the embedded server, storing in this directory, print its URL and serve until stdin closes, answering the commands memory and heapprofile <path> read from stdin (what -server-process runs)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -98,21 +102,21 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	if !quiet {
 		cfg.Progress = stderr
 	}
+	if serverMemProfile != "" && (soak == 0 || !serverProcess) {
+		return errors.New("-server-memprofile needs -soak and -server-process")
+	}
 	if soak != 0 {
 		if soak < 0 {
 			return fmt.Errorf("-soak must be a positive number of calls, got %d", soak)
 		}
-		rep, err := bench.Soak(ctx, bench.SoakConfig{Calls: soak, Concurrency: cfg.Concurrency, ArgBytes: cfg.ArgBytes,
-			Dir: cfg.DataDir, Progress: cfg.Progress})
-		if err != nil {
-			return err
+		if soakChunk < 0 {
+			return fmt.Errorf("-soak-chunk must be positive, got %s", soakChunk)
 		}
-		if jsonPath != "" {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(rep)
+		if soakSettle < 0 {
+			return fmt.Errorf("-soak-settle must not be negative, got %s", soakSettle)
 		}
-		return rep.WriteTable(stdout)
+		return runSoak(ctx, bench.SoakConfig{Calls: soak, Concurrency: cfg.Concurrency, ArgBytes: cfg.ArgBytes,
+			Dir: cfg.DataDir, Chunk: soakChunk, Settle: soakSettle, Progress: cfg.Progress}, serverProcess, serverMemProfile, jsonPath, stdout, stderr)
 	}
 	if cpuProfile != "" {
 		f, err := os.Create(cpuProfile)
@@ -126,12 +130,12 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 		defer pprof.StopCPUProfile()
 	}
 	if serverProcess {
-		url, creds, stop, err := startServerProcess(ctx, cfg.DataDir, stderr)
+		srv, err := startServerProcess(ctx, cfg.DataDir, stderr)
 		if err != nil {
 			return fmt.Errorf("-server-process: %w", err)
 		}
-		defer stop()
-		cfg.ServerURL, cfg.ServerCreds = url, creds
+		defer srv.stop()
+		cfg.ServerURL, cfg.ServerCreds = srv.URL(), srv.creds
 	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
@@ -147,22 +151,66 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 			return err
 		}
 	}
-	switch jsonPath {
-	case "":
-	case "-":
-		return rep.WriteJSON(stdout)
-	default:
-		f, err := os.Create(jsonPath)
+	return writeJSON(jsonPath, rep, stdout)
+}
+
+// runSoak runs the soak of cfg, with the server in a child process when
+// serverProcess is set, and writes its table and JSON as a benchmark run
+// does (-json).
+func runSoak(ctx context.Context, cfg bench.SoakConfig, serverProcess bool, serverMemProfile, jsonPath string, stdout, stderr io.Writer) error {
+	if serverProcess {
+		srv, err := startServerProcess(ctx, cfg.Dir, stderr)
 		if err != nil {
-			return fmt.Errorf("-json: %w", err)
+			return fmt.Errorf("-server-process: %w", err)
 		}
-		if err := rep.WriteJSON(f); err != nil {
-			_ = f.Close()
-			return fmt.Errorf("-json: %w", err)
+		defer srv.stop()
+		cfg.ServerURL, cfg.ServerCreds, cfg.Server = srv.URL(), srv.creds, srv
+		if serverMemProfile != "" {
+			// The child writes the file: give it a path that does not
+			// depend on its working directory.
+			abs, err := filepath.Abs(serverMemProfile)
+			if err != nil {
+				return fmt.Errorf("-server-memprofile: %w", err)
+			}
+			cfg.ServerHeapProfile = abs
 		}
-		if err := f.Close(); err != nil {
-			return fmt.Errorf("-json: %w", err)
+	}
+	rep, err := bench.Soak(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if jsonPath != "-" {
+		if err := rep.WriteTable(stdout); err != nil {
+			return err
 		}
+	}
+	return writeJSON(jsonPath, rep, stdout)
+}
+
+// writeJSON writes v as indented JSON to path: nowhere for "", stdout for
+// "-".
+func writeJSON(path string, v any, stdout io.Writer) error {
+	enc := func(w io.Writer) error {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(v)
+	}
+	switch path {
+	case "":
+		return nil
+	case "-":
+		return enc(stdout)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("-json: %w", err)
+	}
+	if err := enc(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("-json: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("-json: %w", err)
 	}
 	return nil
 }
@@ -180,20 +228,28 @@ func writeProfile(name, path string) error {
 	return f.Close()
 }
 
+// serverProcess is the embedded server running in a child process.
+type serverProcess struct {
+	*bench.ServerClient
+	creds string
+	stop  func()
+}
+
 // startServerProcess runs this program with -serve in a child process and
-// returns the server's URL, its credentials file and a function that stops
-// the child (by closing its stdin) and waits for it. dir "" stores in a
-// temporary directory, removed by stop.
-func startServerProcess(ctx context.Context, dir string, stderr io.Writer) (url, creds string, stop func(), err error) {
+// returns it: a client of its protocol (its URL, its memory, its heap
+// profile), its credentials file and a function that stops the child (by
+// closing its stdin) and waits for it. dir "" stores in a temporary
+// directory, removed by stop.
+func startServerProcess(ctx context.Context, dir string, stderr io.Writer) (*serverProcess, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return "", "", nil, err
+		return nil, err
 	}
 	cleanup := func() {}
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "capstan-bench-server-")
 		if err != nil {
-			return "", "", nil, err
+			return nil, err
 		}
 		dir, cleanup = tmp, func() { _ = os.RemoveAll(tmp) }
 	}
@@ -202,34 +258,28 @@ func startServerProcess(ctx context.Context, dir string, stderr io.Writer) (url,
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		cleanup()
-		return "", "", nil, err
+		return nil, err
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		cleanup()
-		return "", "", nil, err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
 		cleanup()
-		return "", "", nil, err
+		return nil, err
 	}
-	stop = func() {
+	stop := func() {
 		_ = in.Close()
 		_ = cmd.Wait()
 		cleanup()
 	}
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(out).ReadString('\n')
-		line <- strings.TrimSpace(s)
-	}()
-	select {
-	case url = <-line:
-	case <-time.After(30 * time.Second):
-	}
-	if !strings.HasPrefix(url, "nats://") {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := bench.NewServerClient(cctx, in, out)
+	if err != nil {
 		stop()
-		return "", "", nil, fmt.Errorf("the server process printed no URL within 30s (got %q)", url)
+		return nil, err
 	}
-	return url, bench.ServeCredsFile(dir), stop, nil
+	return &serverProcess{ServerClient: c, creds: bench.ServeCredsFile(dir), stop: stop}, nil
 }

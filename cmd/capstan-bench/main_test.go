@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +15,19 @@ import (
 )
 
 func noEnv(string) string { return "" }
+
+// TestMain lets this test binary stand in for capstan-bench as the child
+// of -server-process, which runs its own executable with -serve <dir>.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "-serve" {
+		if err := run(context.Background(), os.Args[1:], noEnv, os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "capstan-bench:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 func TestHelpAndBadArguments(t *testing.T) {
 	t.Parallel()
@@ -30,6 +45,11 @@ func TestHelpAndBadArguments(t *testing.T) {
 		{"unknown flag", []string{"-fast"}, "flag provided but not defined: -fast"},
 		{"bad duration", []string{"-duration", "-1s"}, "duration must be positive, got -1s"},
 		{"no scenario", []string{"-scenarios", "nope"}, `no scenario matches ["nope"]`},
+		{"server profile without soak", []string{"-server-memprofile", "h.out", "-server-process"}, "-server-memprofile needs -soak and -server-process"},
+		{"server profile without server process", []string{"-server-memprofile", "h.out", "-soak", "10"}, "-server-memprofile needs -soak and -server-process"},
+		{"negative soak", []string{"-soak", "-3"}, "-soak must be a positive number of calls, got -3"},
+		{"negative soak chunk", []string{"-soak", "3", "-soak-chunk", "-1s"}, "-soak-chunk must be positive, got -1s"},
+		{"negative soak settle", []string{"-soak", "3", "-soak-settle", "-1s"}, "-soak-settle must not be negative, got -1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -69,4 +89,77 @@ func TestRunWritesTableJSONAndProfile(t *testing.T) {
 	st, err := os.Stat(prof)
 	require.NoError(t, err)
 	require.Positive(t, st.Size())
+}
+
+// TestSoakServerProcess runs a short soak with the server in a child
+// process (this test binary, see TestMain) and checks that the report has
+// the server process's memory per retained result and the audit stream's
+// bytes per call, and that the child wrote its heap profile.
+func TestSoakServerProcess(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "server-heap.out")
+	jsonPath := filepath.Join(dir, "soak.json")
+	// The child's stderr is copied into errb from another goroutine.
+	var out bytes.Buffer
+	var errb lockedBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"-soak", "200", "-soak-chunk", "200ms", "-soak-settle", "100ms", "-concurrency", "4", "-arg-bytes", "256",
+		"-server-process", "-server-memprofile", prof, "-json", jsonPath}, noEnv, &out, &errb)
+	require.NoError(t, err, errb.String())
+	require.Contains(t, out.String(), "in its own process")
+	require.Contains(t, out.String(), "per retained result")
+	require.Contains(t, errb.String(), "soak: ")
+
+	data, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rep struct {
+		Calls           int      `json:"calls"`
+		RetainedResults int64    `json:"retained_results"`
+		ServerHeap      *float64 `json:"server_heap_bytes_per_retained_result"`
+		ServerRSS       *float64 `json:"server_rss_bytes_per_retained_result"`
+		SettledHeap     *float64 `json:"settled_server_heap_bytes_per_retained_result"`
+		Audit           float64  `json:"audit_disk_bytes_per_call"`
+		After           struct {
+			Server *struct {
+				HeapInuse uint64 `json:"heap_inuse_bytes"`
+				RSS       uint64 `json:"rss_bytes"`
+			} `json:"server"`
+		} `json:"after"`
+	}
+	require.NoError(t, json.Unmarshal(data, &rep), string(data))
+	require.GreaterOrEqual(t, rep.Calls, 200)
+	require.GreaterOrEqual(t, rep.RetainedResults, int64(rep.Calls))
+	require.NotNil(t, rep.ServerHeap)
+	require.NotNil(t, rep.ServerRSS)
+	require.NotNil(t, rep.SettledHeap)
+	require.Positive(t, rep.Audit)
+	require.NotNil(t, rep.After.Server)
+	require.Positive(t, rep.After.Server.HeapInuse)
+	require.Positive(t, rep.After.Server.RSS)
+	for _, p := range []string{prof, prof + ".settled"} {
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		require.Positive(t, st.Size(), p)
+	}
+	require.Contains(t, out.String(), "settled (100ms later)")
+}
+
+// lockedBuffer is a bytes.Buffer that several goroutines may write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

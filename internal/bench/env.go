@@ -211,33 +211,3 @@ func (e *env) measure(ctx context.Context, cfg Config, s Scenario, batch string)
 	}
 	return res, nil
 }
-
-// Serve runs the embedded server alone, storing in dir, for a benchmark in
-// another process (capstan-bench -server-process): it writes the server's
-// URL as one line to out, then serves until in reaches its end (the parent
-// closed it or died) or ctx ends. Clients authenticate with the credentials
-// file ServeCredsFile(dir).
-func Serve(ctx context.Context, dir string, in io.Reader, out io.Writer) error {
-	srv, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1})
-	if err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	defer srv.Shutdown()
-	if _, err := fmt.Fprintln(out, srv.ClientURL()); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	closed := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, in)
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-ctx.Done():
-	}
-	return nil
-}
-
-// ServeCredsFile returns the credentials file that clients of the server Serve
-// runs storing in dir must use (Config.ServerCreds).
-func ServeCredsFile(dir string) string { return bus.EmbeddedCredsFile(dir) }
