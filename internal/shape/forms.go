@@ -3,6 +3,7 @@ package shape
 import (
 	"bytes"
 	"encoding/base64"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -162,19 +163,36 @@ func (f *formSet) add(secret string, k secretKind) (reversed string) {
 //   - each byte of invalid UTF-8 written as U+FFFD (`\ufffd` in JSON).
 func decodedForms(secret string, k secretKind) []string {
 	var forms []string
-	if k.escapes {
+	add := func(v string) {
+		if v != secret && !slices.Contains(forms, v) {
+			forms = append(forms, v)
+		}
+	}
+	bases := []string{secret}
+	if !k.valid {
+		// U+FFFD for each invalid byte: what a JSON encoder writes. Its
+		// escape-like text is then decoded by the view too, and a byte
+		// that decoding yields may be invalid on its own ("%80"): both
+		// orders are forms.
+		bases = append(bases, string([]rune(secret)))
+	}
+	for _, b := range bases {
+		add(b)
+		if !k.escapes {
+			continue
+		}
 		for which := scheme(1); which <= schemeAll; which++ {
-			forms = append(forms, unescapeString(secret, which))
+			u := unescapeString(b, which)
+			add(u)
+			if !k.valid {
+				add(string([]rune(u)))
+			}
 		}
 	}
 	if k.space {
-		forms = append(forms, strings.ReplaceAll(secret, " ", "+"))
-	}
-	if !k.valid {
-		valid := string([]rune(secret)) // U+FFFD for each invalid byte
-		forms = append(forms, valid)
-		if k.space {
-			forms = append(forms, strings.ReplaceAll(valid, " ", "+"))
+		add(strings.ReplaceAll(secret, " ", "+"))
+		if !k.valid {
+			add(strings.ReplaceAll(string([]rune(secret)), " ", "+"))
 		}
 	}
 	return forms
