@@ -44,6 +44,7 @@ budget: {result_chars: 80000}
 
 // env is the server and the load generator's connection.
 type env struct {
+	dir   string // the embedded server's store; "" for a server elsewhere
 	url   string
 	creds string           // the server's credentials file
 	srv   *embedded.Server // nil when the server is not this process's
@@ -56,6 +57,7 @@ type env struct {
 func newEnv(ctx context.Context, dir, url, creds string) (*env, error) {
 	e := &env{url: url, creds: creds}
 	if url == "" {
+		e.dir = dir
 		srv, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1})
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
@@ -184,6 +186,14 @@ func (d *discardExporter) Shutdown(context.Context) error { return nil }
 // measure runs one scenario once: start its system, warm up, measure,
 // collect the stragglers, stop the system and purge what the run stored.
 func (e *env) measure(ctx context.Context, cfg Config, s Scenario, batch string) (RunResult, error) {
+	switch s.Load {
+	case Flood:
+		return e.measureFlood(ctx, cfg, s, batch)
+	case Weights:
+		return e.measureWeights(ctx, cfg, s, batch)
+	case Many:
+		return e.measureMany(ctx, cfg, s, batch)
+	}
 	sys, err := e.start(ctx, s)
 	if err != nil {
 		return RunResult{}, err
