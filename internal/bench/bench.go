@@ -299,6 +299,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		for i, s := range runOrder(scenarios, r) {
 			batch := fmt.Sprintf("r%ds%d", r+1, i+1)
 			res, err := e.measure(ctx, cfg, s, batch)
+			if err != nil && s.Family() == Fairness && ctx.Err() == nil {
+				// A scheduling scenario that fails (calls never answered)
+				// is a finding: it is reported with its run.
+				res, err = RunResult{Errors: 1, FirstError: err.Error()}, nil
+			}
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s run %d: %w", s.Name, r+1, err)
 			}

@@ -99,8 +99,14 @@ type system struct {
 	spans func() (exported, dropped uint64)
 }
 
-// start starts the system of s: the raw baseline, or a worker hosting echo.
+// start starts the system of s: the raw baseline, or a worker hosting echo
+// that logs to a discarding writer.
 func (e *env) start(ctx context.Context, s Scenario) (*system, error) {
+	return e.startLogging(ctx, s, slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// startLogging is start with the worker's log handler.
+func (e *env) startLogging(ctx context.Context, s Scenario, logs slog.Handler) (*system, error) {
 	if s.System == Raw {
 		b, err := bus.StartBaseline(ctx, bus.BaselineConfig{URL: e.url, Creds: e.creds, Pool: rawPool, Concurrency: s.Concurrency})
 		if err != nil {
@@ -137,7 +143,7 @@ func (e *env) start(ctx context.Context, s Scenario) (*system, error) {
 		WorkerID:       "bench-worker",
 		Concurrency:    s.Concurrency,
 		ShutdownGrace:  5 * time.Second,
-		Logger:         slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Logger:         slog.New(logs),
 		TracerProvider: tp,
 		MeterProvider:  mp,
 	}, echo.Tool())

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,7 +44,7 @@ const (
 	// backlogTimeout bounds publishing a backlog once; primeTimeout the
 	// first call of every personality (a lane each: a consumer create).
 	backlogTimeout = 2 * time.Minute
-	primeTimeout   = 2 * time.Minute
+	primeTimeout   = time.Minute
 )
 
 // FloodRun is one run of fairness/flood. Latencies are in milliseconds,
@@ -142,9 +145,10 @@ func storePersonalities(ctx context.Context, conn *bus.Conn, ids []string, weigh
 
 // fairRun is a fairness run's own server and worker.
 type fairRun struct {
-	e   *env
-	sys *system
-	dir string
+	e    *env
+	sys  *system
+	dir  string
+	warn *warnings
 }
 
 // startFair starts a server of its own for one fairness run (storing in a
@@ -161,15 +165,26 @@ func (e *env) startFair(ctx context.Context, s Scenario, ids []string, weights m
 		return nil, err
 	}
 	r := &fairRun{e: fe, dir: dir}
-	if err := storePersonalities(ctx, fe.conn, ids, weights); err != nil {
+	// The pool's default personality too: its consumer exists anyway (the
+	// worker opens it at start), and a worker without one warns.
+	if err := storePersonalities(ctx, fe.conn, append(slices.Clone(ids), "default"), weights); err != nil {
 		r.stop()
 		return nil, err
 	}
-	if r.sys, err = fe.start(ctx, Scenario{System: Capstan, Concurrency: s.Concurrency}); err != nil {
+	r.warn = newWarnings(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if r.sys, err = fe.startLogging(ctx, Scenario{System: Capstan, Concurrency: s.Concurrency}, r.warn); err != nil {
 		r.stop()
 		return nil, err
 	}
 	return r, nil
+}
+
+// explain adds the worker's warnings to err.
+func (r *fairRun) explain(err error) error {
+	if w := r.warn.String(); err != nil && w != "" {
+		return fmt.Errorf("%w (the worker warned: %s)", err, w)
+	}
+	return err
 }
 
 // stop stops the worker and the server and removes the server's store.
@@ -202,7 +217,7 @@ func (e *env) measureFlood(ctx context.Context, cfg Config, s Scenario, batch st
 	if err != nil {
 		return RunResult{}, err
 	}
-	defer func() { err = errors.Join(err, r.stop()) }()
+	defer func() { err = errors.Join(r.explain(err), r.stop()) }()
 	m, err := newMix(r.e.conn, batch, r.sys.pool, cfg.ArgBytes, a, b)
 	if err != nil {
 		return RunResult{}, err
@@ -259,7 +274,7 @@ func (e *env) measureWeights(ctx context.Context, cfg Config, s Scenario, batch 
 	if err != nil {
 		return RunResult{}, err
 	}
-	defer func() { err = errors.Join(err, r.stop()) }()
+	defer func() { err = errors.Join(r.explain(err), r.stop()) }()
 	m, err := newMix(r.e.conn, batch, r.sys.pool, cfg.ArgBytes, a, b)
 	if err != nil {
 		return RunResult{}, err
@@ -313,7 +328,7 @@ func (e *env) measureMany(ctx context.Context, cfg Config, s Scenario, batch str
 	if err != nil {
 		return RunResult{}, err
 	}
-	defer func() { err = errors.Join(err, r.stop()) }()
+	defer func() { err = errors.Join(r.explain(err), r.stop()) }()
 	mr := &ManyRun{Personalities: s.Personalities, CallsEach: s.Backlog}
 
 	single := &class{personalities: []string{"single"}, backlog: s.Personalities * s.Backlog}

@@ -128,11 +128,14 @@ func (r RunResult) progress() string {
 		return fmt.Sprintf("B alone p50 %.1f ms p99 %.1f ms (%d calls); behind A p50 %.1f ms p99 %.1f ms (%d calls); A %.0f calls/s  errors %d",
 			f.BAloneP50MS, f.BAloneP99MS, f.BAloneCalls, f.BP50MS, f.BP99MS, f.BCalls, f.ACallsPerSec, r.Errors)
 	case r.Weights != nil:
-		return fmt.Sprintf("A/B %.3f, per window %v  errors %d", r.Weights.Ratio, r.Weights.Ratios, r.Errors)
+		return fmt.Sprintf("A/B %.3f, per window %v; %.0f calls/s  errors %d", r.Weights.Ratio, r.Weights.Ratios, r.CallsPerSec, r.Errors)
 	case r.Many != nil:
 		m := r.Many
 		return fmt.Sprintf("%d personalities %.0f calls/s, one %.0f calls/s: %.3f×; first calls %.0f ms  errors %d",
 			m.Personalities, m.ManyCallsPerSec, m.SingleCallsPerSec, m.Ratio, m.FirstCallsMS, r.Errors)
+	}
+	if r.Calls == 0 && r.FirstError != "" {
+		return "failed: " + r.FirstError
 	}
 	return fmt.Sprintf("%8.0f calls/s  p50 %6.2f ms  p99 %6.2f ms  p99.9 %6.2f ms  errors %d", r.CallsPerSec, r.P50MS, r.P99MS, r.P999MS, r.Errors)
 }
@@ -167,6 +170,8 @@ type FloodSummary struct {
 	BP50MS       Stat `json:"b_p50_ms"`
 	BP99MS       Stat `json:"b_p99_ms"`
 	ACallsPerSec Stat `json:"a_calls_per_sec"`
+	// Runs is the runs measured (a run that failed has no measures).
+	Runs int `json:"runs"`
 }
 
 // WeightsSummary is fairness/weights over the repeats: the ratio A/B of
@@ -175,6 +180,7 @@ type WeightsSummary struct {
 	Windows     int  `json:"windows"`
 	WindowRatio Stat `json:"window_ratio"`
 	RunRatio    Stat `json:"run_ratio"`
+	Runs        int  `json:"runs"`
 }
 
 // ManySummary is fairness/many over the repeats.
@@ -183,6 +189,7 @@ type ManySummary struct {
 	ManyCallsPerSec   Stat `json:"many_calls_per_sec"`
 	Ratio             Stat `json:"ratio"`
 	FirstCallsMS      Stat `json:"first_calls_ms"`
+	Runs              int  `json:"runs"`
 }
 
 // Ratio compares a Capstan scenario with its raw counterpart under the same
@@ -224,14 +231,29 @@ func stat(vals []float64) Stat {
 	return Stat{Median: round(med, 3), Min: s[0], Max: s[len(s)-1]}
 }
 
-func summarize(s Scenario, runs []RunResult) Summary {
-	pick := func(f func(RunResult) float64) []float64 {
-		out := make([]float64, len(runs))
-		for i, r := range runs {
-			out[i] = f(r)
-		}
-		return out
+// pickOf returns f of every run.
+func pickOf(runs []RunResult, f func(RunResult) float64) []float64 {
+	out := make([]float64, len(runs))
+	for i, r := range runs {
+		out[i] = f(r)
 	}
+	return out
+}
+
+// valid returns the runs for which ok holds (a fairness run that failed
+// has no measures).
+func valid(runs []RunResult, ok func(RunResult) bool) []RunResult {
+	var out []RunResult
+	for _, r := range runs {
+		if ok(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func summarize(s Scenario, runs []RunResult) Summary {
+	pick := func(f func(RunResult) float64) []float64 { return pickOf(runs, f) }
 	sum := Summary{Scenario: s, Runs: runs,
 		CallsPerSec: stat(pick(func(r RunResult) float64 { return math.Round(r.CallsPerSec) })),
 		P50MS:       stat(pick(func(r RunResult) float64 { return r.P50MS })),
@@ -243,26 +265,32 @@ func summarize(s Scenario, runs []RunResult) Summary {
 	}
 	switch s.Load {
 	case Flood:
+		runs := valid(runs, func(r RunResult) bool { return r.Flood != nil })
 		sum.Flood = &FloodSummary{
-			BAloneP50MS:  stat(pick(func(r RunResult) float64 { return r.Flood.BAloneP50MS })),
-			BAloneP99MS:  stat(pick(func(r RunResult) float64 { return r.Flood.BAloneP99MS })),
-			BP50MS:       stat(pick(func(r RunResult) float64 { return r.Flood.BP50MS })),
-			BP99MS:       stat(pick(func(r RunResult) float64 { return r.Flood.BP99MS })),
-			ACallsPerSec: stat(pick(func(r RunResult) float64 { return math.Round(r.Flood.ACallsPerSec) })),
+			BAloneP50MS:  stat(pickOf(runs, func(r RunResult) float64 { return r.Flood.BAloneP50MS })),
+			BAloneP99MS:  stat(pickOf(runs, func(r RunResult) float64 { return r.Flood.BAloneP99MS })),
+			BP50MS:       stat(pickOf(runs, func(r RunResult) float64 { return r.Flood.BP50MS })),
+			BP99MS:       stat(pickOf(runs, func(r RunResult) float64 { return r.Flood.BP99MS })),
+			ACallsPerSec: stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Flood.ACallsPerSec) })),
+			Runs:         len(runs),
 		}
 	case Weights:
+		runs := valid(runs, func(r RunResult) bool { return r.Weights != nil })
 		var windows []float64
 		for _, r := range runs {
 			windows = append(windows, r.Weights.Ratios...)
 		}
 		sum.Weights = &WeightsSummary{Windows: len(windows), WindowRatio: stat(windows),
-			RunRatio: stat(pick(func(r RunResult) float64 { return r.Weights.Ratio }))}
+			RunRatio: stat(pickOf(runs, func(r RunResult) float64 { return r.Weights.Ratio })),
+			Runs:     len(runs)}
 	case Many:
+		runs := valid(runs, func(r RunResult) bool { return r.Many != nil })
 		sum.Many = &ManySummary{
-			SingleCallsPerSec: stat(pick(func(r RunResult) float64 { return math.Round(r.Many.SingleCallsPerSec) })),
-			ManyCallsPerSec:   stat(pick(func(r RunResult) float64 { return math.Round(r.Many.ManyCallsPerSec) })),
-			Ratio:             stat(pick(func(r RunResult) float64 { return r.Many.Ratio })),
-			FirstCallsMS:      stat(pick(func(r RunResult) float64 { return r.Many.FirstCallsMS })),
+			SingleCallsPerSec: stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Many.SingleCallsPerSec) })),
+			ManyCallsPerSec:   stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Many.ManyCallsPerSec) })),
+			Ratio:             stat(pickOf(runs, func(r RunResult) float64 { return r.Many.Ratio })),
+			FirstCallsMS:      stat(pickOf(runs, func(r RunResult) float64 { return r.Many.FirstCallsMS })),
+			Runs:              len(runs),
 		}
 	}
 	return sum
@@ -331,7 +359,7 @@ func fairnessTargets(sums []Summary) []Target {
 		case s.Flood != nil:
 			limit := float64(2*s.SleepMS + 100)
 			flood.Goal = fmt.Sprintf("<= %g (2 × %d ms + 100 ms)", limit, s.SleepMS)
-			flood.Value, flood.Met, flood.Absent = s.Flood.BP99MS.Median, s.Flood.BP99MS.Median <= limit, false
+			flood.Value, flood.Met, flood.Absent = s.Flood.BP99MS.Median, s.Flood.Runs > 0 && s.Flood.BP99MS.Median <= limit, false
 		case s.Weights != nil:
 			want := float64(weightA) / float64(weightB)
 			worst := s.Weights.WindowRatio.Min
@@ -341,7 +369,7 @@ func fairnessTargets(sums []Summary) []Target {
 			weights.Value, weights.Absent = worst, false
 			weights.Met = s.Weights.Windows > 0 && math.Abs(worst-want) <= 0.1*want
 		case s.Many != nil:
-			many.Value, many.Met, many.Absent = s.Many.Ratio.Median, s.Many.Ratio.Median >= 0.95, false
+			many.Value, many.Met, many.Absent = s.Many.Ratio.Median, s.Many.Runs > 0 && s.Many.Ratio.Median >= 0.95, false
 		}
 	}
 	return []Target{flood, weights, many}
@@ -371,7 +399,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "capstan-bench: %d repeats of %s (after %s warm-up), %d CPUs, %s, nats-server %s %s, file storage, %d-byte args\n\n",
 		r.Config.Repeats, time.Duration(r.Config.Duration), time.Duration(r.Config.Warmup), r.CPUs, r.GoVersion, r.NATSServer, where, r.Config.ArgBytes)
 	tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tslots\tload\tcalls/s (min–max)\tp50 ms\tp99 ms\tp99.9 ms\terrors\t")
+	if slices.ContainsFunc(r.Scenarios, func(s Summary) bool { return s.Family() != Fairness }) {
+		fmt.Fprintln(tw, "scenario\tslots\tload\tcalls/s (min–max)\tp50 ms\tp99 ms\tp99.9 ms\terrors\t")
+	}
 	for _, s := range r.Scenarios {
 		if s.Family() == Fairness {
 			continue
@@ -438,7 +468,8 @@ func (r *Report) writeFairness(b *strings.Builder) error {
 			head := fmt.Sprintf("%d slots, A (weight %d) and B (weight %d) keep %d calls of %d ms waiting each", s.Concurrency, weightA, weightB, s.Backlog, s.SleepMS)
 			rows = append(rows, [3]string{s.Name, head, ""},
 				[3]string{"", fmt.Sprintf("A/B per %s window (%d windows)", time.Duration(r.Config.WeightsWindow), s.Weights.Windows), span(s.Weights.WindowRatio, 3)},
-				[3]string{"", "A/B per run", span(s.Weights.RunRatio, 3)})
+				[3]string{"", "A/B per run", span(s.Weights.RunRatio, 3)},
+				[3]string{"", "A and B: calls/s", span(s.CallsPerSec, 0)})
 		case s.Many != nil:
 			m := s.Many
 			head := fmt.Sprintf("%d slots, %d personalities keep %d echo calls waiting each, against %d of one", s.Concurrency, s.Personalities, s.Backlog, s.Personalities*s.Backlog)
@@ -452,13 +483,29 @@ func (r *Report) writeFairness(b *strings.Builder) error {
 	if len(rows) == 0 {
 		return nil
 	}
+	var failed []string
+	for _, s := range r.Scenarios {
+		if s.Family() == Fairness && s.Errors > 0 {
+			for _, run := range s.Runs {
+				if run.FirstError != "" {
+					failed = append(failed, fmt.Sprintf("%s run %d: %d errors, the first: %s", s.Name, run.Repeat, run.Errors, run.FirstError))
+				}
+			}
+		}
+	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(b, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "scheduling\tmeasure\tmedian (min–max)\t")
 	for _, row := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", row[0], row[1], row[2])
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, f := range failed {
+		fmt.Fprintf(b, "%s\n", f)
+	}
+	return nil
 }
 
 func span(s Stat, digits int) string {
