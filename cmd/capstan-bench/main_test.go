@@ -20,6 +20,9 @@ func TestHelpAndBadArguments(t *testing.T) {
 	require.NoError(t, run(context.Background(), []string{"-h"}, noEnv, &out, &errb))
 	require.Contains(t, errb.String(), "usage: capstan-bench")
 	require.Contains(t, errb.String(), "-scenarios")
+	for _, f := range []string{"-flood-backlog", "-flood-sleep-ms", "-weights-window", "-weights-windows", "-weights-sleep-ms", "-many-personalities", "-many-calls"} {
+		require.Contains(t, errb.String(), f)
+	}
 
 	for _, tc := range []struct {
 		name string
@@ -30,6 +33,9 @@ func TestHelpAndBadArguments(t *testing.T) {
 		{"unknown flag", []string{"-fast"}, "flag provided but not defined: -fast"},
 		{"bad duration", []string{"-duration", "-1s"}, "duration must be positive, got -1s"},
 		{"no scenario", []string{"-scenarios", "nope"}, `no scenario matches ["nope"]`},
+		{"bad flood backlog", []string{"-flood-backlog", "-5"}, "flood backlog must be 1 to 1000000, got -5"},
+		{"bad weights window", []string{"-weights-window", "-1s"}, "weights window must be positive and weights windows at least 1, got -1s and 3"},
+		{"too many personalities", []string{"-many-personalities", "10000"}, "many personalities must be 1 to 9999, got 10000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

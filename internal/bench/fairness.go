@@ -90,6 +90,9 @@ type ManyRun struct {
 	ManyCallsPerSec   float64 `json:"many_calls_per_sec"`
 	// Ratio is ManyCallsPerSec / SingleCallsPerSec.
 	Ratio float64 `json:"ratio"`
+	// SingleAfterCallsPerSec is the single personality's again, after the
+	// many personalities' run: their consumers exist, idle.
+	SingleAfterCallsPerSec float64 `json:"single_after_calls_per_sec"`
 	// FirstCallsMS is the time from storing the personalities to the result
 	// of the first call of every one of them (a lane each).
 	FirstCallsMS float64 `json:"first_calls_ms"`
@@ -321,8 +324,9 @@ func quotient(a, b int) float64 {
 	return round(float64(a)/float64(b), 3)
 }
 
-// measureMany runs fairness/many: a backlog of one personality, then as
-// many calls spread over many personalities, on one worker.
+// measureMany runs fairness/many on one worker: a backlog of one
+// personality, then as many calls spread over many personalities, then the
+// single personality's again.
 func (e *env) measureMany(ctx context.Context, cfg Config, s Scenario, batch string) (res RunResult, err error) {
 	r, err := e.startFair(ctx, s, []string{"single"}, nil)
 	if err != nil {
@@ -364,9 +368,23 @@ func (e *env) measureMany(ctx context.Context, cfg Config, s Scenario, batch str
 	if mr.SingleCallsPerSec > 0 {
 		mr.Ratio = round(mr.ManyCallsPerSec/mr.SingleCallsPerSec, 3)
 	}
-	res.Published += sres.Published
-	res.Errors += sres.Errors
-	res.FirstError = cmp.Or(res.FirstError, sres.FirstError)
+
+	// The single personality again, the many personalities' consumers
+	// idle: what their number costs apart from the scheduling.
+	if err := r.e.conn.PurgeSubject(ctx, r.e.names.CallsStream(), r.e.names.Prefix()+".call."+r.sys.pool+".>"); err != nil {
+		return RunResult{}, err
+	}
+	again := &class{personalities: []string{"single"}, backlog: s.Personalities * s.Backlog}
+	ares, _, err := r.saturate(ctx, cfg, batch+"c", again)
+	if err != nil {
+		return RunResult{}, fmt.Errorf("single personality after %d: %w", s.Personalities, err)
+	}
+	mr.SingleAfterCallsPerSec = ares.CallsPerSec
+	for _, x := range []RunResult{sres, ares} {
+		res.Published += x.Published
+		res.Errors += x.Errors
+		res.FirstError = cmp.Or(res.FirstError, x.FirstError)
+	}
 	res.Many = mr
 	return res, nil
 }

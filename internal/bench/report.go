@@ -131,8 +131,8 @@ func (r RunResult) progress() string {
 		return fmt.Sprintf("A/B %.3f, per window %v; %.0f calls/s  errors %d", r.Weights.Ratio, r.Weights.Ratios, r.CallsPerSec, r.Errors)
 	case r.Many != nil:
 		m := r.Many
-		return fmt.Sprintf("%d personalities %.0f calls/s, one %.0f calls/s: %.3f×; first calls %.0f ms  errors %d",
-			m.Personalities, m.ManyCallsPerSec, m.SingleCallsPerSec, m.Ratio, m.FirstCallsMS, r.Errors)
+		return fmt.Sprintf("%d personalities %.0f calls/s, one %.0f calls/s: %.3f×; first calls %.0f ms; one again %.0f calls/s  errors %d",
+			m.Personalities, m.ManyCallsPerSec, m.SingleCallsPerSec, m.Ratio, m.FirstCallsMS, m.SingleAfterCallsPerSec, r.Errors)
 	}
 	if r.Calls == 0 && r.FirstError != "" {
 		return "failed: " + r.FirstError
@@ -189,7 +189,10 @@ type ManySummary struct {
 	ManyCallsPerSec   Stat `json:"many_calls_per_sec"`
 	Ratio             Stat `json:"ratio"`
 	FirstCallsMS      Stat `json:"first_calls_ms"`
-	Runs              int  `json:"runs"`
+	// SingleAfterCallsPerSec is the single personality's throughput with
+	// the many personalities' consumers idle.
+	SingleAfterCallsPerSec Stat `json:"single_after_calls_per_sec"`
+	Runs                   int  `json:"runs"`
 }
 
 // Ratio compares a Capstan scenario with its raw counterpart under the same
@@ -286,11 +289,12 @@ func summarize(s Scenario, runs []RunResult) Summary {
 	case Many:
 		runs := valid(runs, func(r RunResult) bool { return r.Many != nil })
 		sum.Many = &ManySummary{
-			SingleCallsPerSec: stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Many.SingleCallsPerSec) })),
-			ManyCallsPerSec:   stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Many.ManyCallsPerSec) })),
-			Ratio:             stat(pickOf(runs, func(r RunResult) float64 { return r.Many.Ratio })),
-			FirstCallsMS:      stat(pickOf(runs, func(r RunResult) float64 { return r.Many.FirstCallsMS })),
-			Runs:              len(runs),
+			SingleCallsPerSec:      stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Many.SingleCallsPerSec) })),
+			ManyCallsPerSec:        stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Many.ManyCallsPerSec) })),
+			Ratio:                  stat(pickOf(runs, func(r RunResult) float64 { return r.Many.Ratio })),
+			FirstCallsMS:           stat(pickOf(runs, func(r RunResult) float64 { return r.Many.FirstCallsMS })),
+			SingleAfterCallsPerSec: stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Many.SingleAfterCallsPerSec) })),
+			Runs:                   len(runs),
 		}
 	}
 	return sum
@@ -477,6 +481,7 @@ func (r *Report) writeFairness(b *strings.Builder) error {
 				[3]string{"", "one personality: calls/s", span(m.SingleCallsPerSec, 0)},
 				[3]string{"", fmt.Sprintf("%d personalities: calls/s", s.Personalities), span(m.ManyCallsPerSec, 0)},
 				[3]string{"", "ratio", span(m.Ratio, 3)},
+				[3]string{"", fmt.Sprintf("one personality again, the %d consumers idle: calls/s", s.Personalities), span(m.SingleAfterCallsPerSec, 0)},
 				[3]string{"", "first call of every new personality answered, ms", span(m.FirstCallsMS, 0)})
 		}
 	}
