@@ -100,7 +100,8 @@ type Config struct {
 	DataDir string
 	// ServerURL, when set, is a JetStream server to use instead of starting
 	// the embedded one in this process (capstan-bench -server-process starts
-	// it in a child process, so that its heap is not this process's).
+	// it in a child process, so that its heap is not this process's). The
+	// fairness scenarios start servers of their own in this process anyway.
 	ServerURL string
 	// ServerCreds is the credentials file of ServerURL (the embedded
 	// server's embedded.creds); "" for none.
