@@ -41,9 +41,20 @@ a fixed moderate rate, with the Capstan/raw ratios. Scenarios:
   raw-echo, capstan-echo, capstan-echo-traced     echo, -concurrency slots
   raw-sleep10, capstan-sleep10                    echo sleep_ms=10, -sleep-concurrency slots
 
-each under the loads saturate and rate. -scenarios selects by full name
-(capstan-echo/saturate), name without the load (capstan-echo), system (raw,
-capstan) or load (saturate, rate).
+each under the loads saturate and rate, and the scheduling scenarios (each
+run on a server of its own, a worker of -concurrency slots):
+
+  fairness/flood     A keeps -flood-backlog calls of -flood-sleep-ms waiting;
+                     B sends one call per second: B's time to result, alone
+                     and behind A's backlog, and A's calls/s
+  fairness/weights   A (weight 3) and B (weight 1) both backlogged: A/B per
+                     -weights-window, -weights-windows windows
+  fairness/many      -many-personalities keep -many-calls echo calls waiting
+                     each, against as many calls of one personality: calls/s
+
+-scenarios selects by full name (capstan-echo/saturate), name without the
+load (capstan-echo, fairness), system (raw, capstan) or load (saturate, rate,
+flood, weights, many).
 
 Flags:
 `
@@ -70,6 +81,13 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.Float64Var(&cfg.Rate, "rate", 0, "the moderate rate, calls/s (default 1000)")
 	fs.IntVar(&cfg.ArgBytes, "arg-bytes", 0, "size of each call's args; the result is about as large (default 1024)")
 	fs.IntVar(&cfg.SleepMS, "sleep-ms", 0, "echo sleep_ms of the I/O-bound scenarios (default 10)")
+	fs.IntVar(&cfg.FloodBacklog, "flood-backlog", 0, "fairness/flood: calls personality A keeps waiting or running (default 10000)")
+	fs.IntVar(&cfg.FloodSleepMS, "flood-sleep-ms", 0, "fairness/flood: echo sleep_ms of A's and B's calls, the slot time (default 100)")
+	fs.IntVar(&cfg.WeightsSleepMS, "weights-sleep-ms", 0, "fairness/weights: echo sleep_ms of the calls (default 10)")
+	fs.DurationVar(&cfg.WeightsWindow, "weights-window", 0, "fairness/weights: the window of each A/B ratio (default 10s)")
+	fs.IntVar(&cfg.WeightsWindows, "weights-windows", 0, "fairness/weights: windows measured, instead of -duration (default 3)")
+	fs.IntVar(&cfg.ManyPersonalities, "many-personalities", 0, "fairness/many: personalities with calls waiting (default 1000)")
+	fs.IntVar(&cfg.ManyCalls, "many-calls", 0, "fairness/many: calls each personality keeps waiting or running (default 20)")
 	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios: names, names without the load, systems or loads (default all)")
 	fs.StringVar(&cfg.DataDir, "dir", "", "the embedded server's store (default a temporary directory, removed)")
 	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout, instead of the table)")

@@ -35,6 +35,9 @@ func TestHelpAndBadArguments(t *testing.T) {
 	require.NoError(t, run(context.Background(), []string{"-h"}, noEnv, &out, &errb))
 	require.Contains(t, errb.String(), "usage: capstan-bench")
 	require.Contains(t, errb.String(), "-scenarios")
+	for _, f := range []string{"-flood-backlog", "-flood-sleep-ms", "-weights-window", "-weights-windows", "-weights-sleep-ms", "-many-personalities", "-many-calls"} {
+		require.Contains(t, errb.String(), f)
+	}
 
 	for _, tc := range []struct {
 		name string
@@ -50,6 +53,9 @@ func TestHelpAndBadArguments(t *testing.T) {
 		{"negative soak", []string{"-soak", "-3"}, "-soak must be a positive number of calls, got -3"},
 		{"negative soak chunk", []string{"-soak", "3", "-soak-chunk", "-1s"}, "-soak-chunk must be positive, got -1s"},
 		{"negative soak settle", []string{"-soak", "3", "-soak-settle", "-1s"}, "-soak-settle must not be negative, got -1s"},
+		{"bad flood backlog", []string{"-flood-backlog", "-5"}, "flood backlog must be 1 to 1000000, got -5"},
+		{"bad weights window", []string{"-weights-window", "-1s"}, "weights window must be positive and weights windows at least 1, got -1s and 3"},
+		{"too many personalities", []string{"-many-personalities", "10000"}, "many personalities must be 1 to 9999, got 10000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

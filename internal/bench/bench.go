@@ -70,6 +70,27 @@ type Config struct {
 	ArgBytes int
 	// SleepMS is the echo sleep of the I/O-bound scenarios; default 10.
 	SleepMS int
+	// FloodBacklog is the calls personality A keeps waiting or running in
+	// fairness/flood; default 10000.
+	FloodBacklog int
+	// FloodSleepMS is the echo sleep_ms of fairness/flood's calls, the
+	// time a call holds its slot; default 100.
+	FloodSleepMS int
+	// WeightsSleepMS is the echo sleep_ms of fairness/weights' calls;
+	// default 10.
+	WeightsSleepMS int
+	// WeightsWindow is the window over which fairness/weights compares the
+	// completions of A and B; default 10s.
+	WeightsWindow time.Duration
+	// WeightsWindows is how many windows fairness/weights measures (after
+	// Warmup, instead of Duration); default 3.
+	WeightsWindows int
+	// ManyPersonalities is the number of personalities of fairness/many;
+	// default 1000.
+	ManyPersonalities int
+	// ManyCalls is the calls each of them keeps waiting or running;
+	// default 20.
+	ManyCalls int
 	// Scenarios selects scenarios by name ("capstan-echo/saturate"), name
 	// without the load ("capstan-echo"), system ("raw", "capstan") or load
 	// ("saturate", "rate"); empty runs them all.
@@ -79,7 +100,8 @@ type Config struct {
 	DataDir string
 	// ServerURL, when set, is a JetStream server to use instead of starting
 	// the embedded one in this process (capstan-bench -server-process starts
-	// it in a child process, so that its heap is not this process's).
+	// it in a child process, so that its heap is not this process's). The
+	// fairness scenarios start servers of their own in this process anyway.
 	ServerURL string
 	// ServerCreds is the credentials file of ServerURL (the embedded
 	// server's embedded.creds); "" for none.
@@ -98,6 +120,13 @@ func (c Config) withDefaults() Config {
 	c.Rate = cmp.Or(c.Rate, 1000)
 	c.ArgBytes = cmp.Or(c.ArgBytes, 1024)
 	c.SleepMS = cmp.Or(c.SleepMS, 10)
+	c.FloodBacklog = cmp.Or(c.FloodBacklog, 10000)
+	c.FloodSleepMS = cmp.Or(c.FloodSleepMS, 100)
+	c.WeightsSleepMS = cmp.Or(c.WeightsSleepMS, 10)
+	c.WeightsWindow = cmp.Or(c.WeightsWindow, 10*time.Second)
+	c.WeightsWindows = cmp.Or(c.WeightsWindows, 3)
+	c.ManyPersonalities = cmp.Or(c.ManyPersonalities, 1000)
+	c.ManyCalls = cmp.Or(c.ManyCalls, 20)
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
@@ -130,12 +159,28 @@ func (c Config) validate() error {
 	if c.SleepMS < 1 || c.SleepMS > 10000 {
 		errs = append(errs, fmt.Errorf("sleep ms must be 1 to 10000, got %d", c.SleepMS))
 	}
+	if c.FloodBacklog < 1 || c.FloodBacklog > 1_000_000 {
+		errs = append(errs, fmt.Errorf("flood backlog must be 1 to 1000000, got %d", c.FloodBacklog))
+	}
+	if c.FloodSleepMS < 1 || c.FloodSleepMS > 10000 || c.WeightsSleepMS < 1 || c.WeightsSleepMS > 10000 {
+		errs = append(errs, fmt.Errorf("flood and weights sleep ms must be 1 to 10000, got %d and %d", c.FloodSleepMS, c.WeightsSleepMS))
+	}
+	if c.WeightsWindow <= 0 || c.WeightsWindows < 1 {
+		errs = append(errs, fmt.Errorf("weights window must be positive and weights windows at least 1, got %s and %d", c.WeightsWindow, c.WeightsWindows))
+	}
+	if c.ManyPersonalities < 1 || c.ManyPersonalities > 9999 {
+		errs = append(errs, fmt.Errorf("many personalities must be 1 to 9999, got %d", c.ManyPersonalities))
+	}
+	if c.ManyCalls < 1 || c.ManyPersonalities*c.ManyCalls > 1_000_000 {
+		errs = append(errs, fmt.Errorf("many calls must be at least 1 and at most 1000000 in all, got %d for each of %d personalities", c.ManyCalls, c.ManyPersonalities))
+	}
 	return errors.Join(errs...)
 }
 
 // Scenario is one system under one load.
 type Scenario struct {
-	// Name is "<system>-<tool>[-traced]/<load>", e.g. "capstan-echo-traced/rate".
+	// Name is "<system>-<tool>[-traced]/<load>", e.g. "capstan-echo-traced/rate",
+	// or "fairness/<load>" for the scheduling scenarios.
 	Name string `json:"name"`
 	// System is Raw or Capstan.
 	System string `json:"system"`
@@ -146,12 +191,18 @@ type Scenario struct {
 	SleepMS int `json:"sleep_ms"`
 	// Concurrency is the worker's slots or the raw consumer's handlers.
 	Concurrency int `json:"concurrency"`
-	// Load is Saturate or Rate.
+	// Load is Saturate or Rate, or for the fairness scenarios Flood,
+	// Weights or Many.
 	Load string `json:"load"`
 	// Outstanding is the calls kept in flight (Saturate).
 	Outstanding int `json:"outstanding,omitempty"`
-	// Rate is the calls published per second (Rate).
+	// Rate is the calls published per second (Rate; fairness/flood: B's).
 	Rate float64 `json:"rate,omitempty"`
+	// Backlog is the calls each backlogged personality keeps waiting or
+	// running (the fairness scenarios: A's in fairness/flood).
+	Backlog int `json:"backlog,omitempty"`
+	// Personalities is the number of personalities (the fairness scenarios).
+	Personalities int `json:"personalities,omitempty"`
 }
 
 // Family is the scenario's name without its load ("capstan-echo-traced").
@@ -190,6 +241,11 @@ func Scenarios(cfg Config) []Scenario {
 			if selected(s, cfg.Scenarios) {
 				out = append(out, s)
 			}
+		}
+	}
+	for _, s := range fairnessScenarios(cfg) {
+		if selected(s, cfg.Scenarios) {
+			out = append(out, s)
 		}
 	}
 	return out
@@ -244,20 +300,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		for i, s := range runOrder(scenarios, r) {
 			batch := fmt.Sprintf("r%ds%d", r+1, i+1)
 			res, err := e.measure(ctx, cfg, s, batch)
+			if err != nil && s.Family() == Fairness && ctx.Err() == nil {
+				// A scheduling scenario that fails (calls never answered)
+				// is a finding: it is reported with its run.
+				res, err = RunResult{Errors: 1, FirstError: err.Error()}, nil
+			}
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s run %d: %w", s.Name, r+1, err)
 			}
 			res.Repeat = r + 1
 			results[s.Name] = append(results[s.Name], res)
-			fmt.Fprintf(cfg.Progress, "%-28s run %d/%d: %8.0f calls/s  p50 %6.2f ms  p99 %6.2f ms  p99.9 %6.2f ms  errors %d\n",
-				s.Name, r+1, cfg.Repeats, res.CallsPerSec, res.P50MS, res.P99MS, res.P999MS, res.Errors)
+			fmt.Fprintf(cfg.Progress, "%-28s run %d/%d: %s\n", s.Name, r+1, cfg.Repeats, res.progress())
 		}
 	}
 	for _, s := range scenarios {
 		rep.Scenarios = append(rep.Scenarios, summarize(s, results[s.Name]))
 	}
 	rep.Ratios = ratios(rep.Scenarios, cfg.SleepMS)
-	rep.Targets = targets(rep.Ratios)
+	rep.Targets = targets(rep.Ratios, rep.Scenarios)
 	rep.Elapsed = Duration(time.Since(rep.Started))
 	return rep, nil
 }
@@ -266,7 +326,10 @@ func reportConfig(cfg Config) ReportConfig {
 	return ReportConfig{
 		Duration: Duration(cfg.Duration), Warmup: Duration(cfg.Warmup), Repeats: cfg.Repeats,
 		Concurrency: cfg.Concurrency, SleepConcurrency: cfg.SleepConcurrency, OutstandingFactor: cfg.Outstanding,
-		Rate: cfg.Rate, ArgBytes: cfg.ArgBytes, SleepMS: cfg.SleepMS, Storage: "file", ServerInProcess: cfg.ServerURL == "",
+		Rate: cfg.Rate, ArgBytes: cfg.ArgBytes, SleepMS: cfg.SleepMS,
+		FloodBacklog: cfg.FloodBacklog, FloodSleepMS: cfg.FloodSleepMS, WeightsSleepMS: cfg.WeightsSleepMS,
+		WeightsWindow: Duration(cfg.WeightsWindow), WeightsWindows: cfg.WeightsWindows,
+		ManyPersonalities: cfg.ManyPersonalities, ManyCalls: cfg.ManyCalls, Storage: "file", ServerInProcess: cfg.ServerURL == "",
 		Scenarios: slices.Clone(cfg.Scenarios), Personality: personalityID, Tool: "echo", Prefix: protocol.DefaultPrefix,
 	}
 }

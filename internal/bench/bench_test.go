@@ -14,21 +14,23 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestRunSmoke runs every scenario once, very briefly, and checks the shape
-// of the report: every scenario, sane non-zero numbers, ratios, targets, and
-// JSON that reads back. It never checks a timing threshold.
+// TestRunSmoke runs every raw and Capstan scenario (all but the fairness
+// ones, TestFairnessSmoke) once, very briefly, and checks the shape of the
+// report: every scenario, sane non-zero numbers, ratios, targets, and JSON
+// that reads back. It never checks a timing threshold.
 func TestRunSmoke(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
+	loads := []string{bench.Saturate, bench.Rate}
 	rep, err := bench.Run(ctx, bench.Config{
-		Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, Repeats: 1,
+		Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, Repeats: 1, Scenarios: loads,
 		Concurrency: 4, SleepConcurrency: 8, Rate: 200, ArgBytes: 256, DataDir: t.TempDir(), Progress: &progress,
 	})
 	require.NoError(t, err)
 
-	want := bench.Scenarios(bench.Config{})
+	want := bench.Scenarios(bench.Config{Scenarios: loads})
 	require.Len(t, rep.Scenarios, len(want))
 	for i, s := range rep.Scenarios {
 		require.Equal(t, want[i].Name, s.Name)
@@ -58,9 +60,9 @@ func TestRunSmoke(t *testing.T) {
 	for _, r := range rep.Ratios {
 		require.Positive(t, r.Throughput, r.Capstan)
 	}
-	require.Len(t, rep.Targets, 2)
-	for _, tg := range rep.Targets {
-		require.False(t, tg.Absent, tg.Name)
+	require.Len(t, rep.Targets, 5)
+	for i, tg := range rep.Targets {
+		require.Equal(t, i >= 2, tg.Absent, "%s: only the fairness targets are not measured", tg.Name)
 	}
 	require.Contains(t, progress.String(), "capstan-echo-traced/saturate")
 
@@ -88,7 +90,10 @@ func TestScenarioSelection(t *testing.T) {
 	}{
 		{"all", nil, []string{
 			"raw-echo/saturate", "capstan-echo/saturate", "capstan-echo-traced/saturate", "raw-sleep10/saturate", "capstan-sleep10/saturate",
-			"raw-echo/rate", "capstan-echo/rate", "capstan-echo-traced/rate", "raw-sleep10/rate", "capstan-sleep10/rate"}},
+			"raw-echo/rate", "capstan-echo/rate", "capstan-echo-traced/rate", "raw-sleep10/rate", "capstan-sleep10/rate",
+			"fairness/flood", "fairness/weights", "fairness/many"}},
+		{"fairness", []string{"fairness"}, []string{"fairness/flood", "fairness/weights", "fairness/many"}},
+		{"fairness load", []string{"weights", "capstan-echo/saturate"}, []string{"capstan-echo/saturate", "fairness/weights"}},
 		{"exact", []string{"capstan-echo/rate"}, []string{"capstan-echo/rate"}},
 		{"family", []string{"capstan-echo"}, []string{"capstan-echo/saturate", "capstan-echo/rate"}},
 		{"system", []string{"raw"}, []string{"raw-echo/saturate", "raw-sleep10/saturate", "raw-echo/rate", "raw-sleep10/rate"}},
@@ -113,6 +118,104 @@ func TestConfigIsValidated(t *testing.T) {
 	require.ErrorContains(t, err, "duration must be positive, got -1s")
 	require.ErrorContains(t, err, "repeats must be at least 1, got -1")
 	require.ErrorContains(t, err, "arg bytes must be 64 to 524288, got 10")
+	_, err = bench.Run(context.Background(), bench.Config{FloodBacklog: -1, FloodSleepMS: -2, WeightsWindows: -1, ManyPersonalities: 10, ManyCalls: 200000})
+	require.ErrorContains(t, err, "flood backlog must be 1 to 1000000, got -1")
+	require.ErrorContains(t, err, "flood and weights sleep ms must be 1 to 10000, got -2 and 10")
+	require.ErrorContains(t, err, "weights window must be positive and weights windows at least 1, got 10s and -1")
+	require.ErrorContains(t, err, "many calls must be at least 1 and at most 1000000 in all, got 200000 for each of 10 personalities")
 	_, err = bench.Run(context.Background(), bench.Config{Scenarios: []string{"nope"}})
 	require.ErrorContains(t, err, `no scenario matches ["nope"]`)
+}
+
+// TestFairnessSmoke runs the scheduling scenarios once, very briefly and
+// small, and checks that each reports its measures. It never checks a
+// timing threshold or a ratio's value.
+func TestFairnessSmoke(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := bench.Run(ctx, bench.Config{
+		Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, Repeats: 1, Scenarios: []string{bench.Fairness},
+		Concurrency: 4, ArgBytes: 256, DataDir: t.TempDir(), Progress: &progress,
+		FloodBacklog: 20, FloodSleepMS: 20, WeightsSleepMS: 5, WeightsWindow: 200 * time.Millisecond, WeightsWindows: 2,
+		ManyPersonalities: 10, ManyCalls: 3,
+	})
+	require.NoError(t, err)
+	require.Len(t, rep.Scenarios, 3)
+	for _, s := range rep.Scenarios {
+		require.Len(t, s.Runs, 1, s.Name)
+		r := s.Runs[0]
+		require.Zero(t, r.Errors, "%s: %s", s.Name, r.FirstError)
+		require.Positive(t, r.Calls, s.Name)
+		require.Positive(t, r.Published, s.Name)
+		require.Contains(t, progress.String(), s.Name)
+	}
+
+	flood := rep.Scenarios[0]
+	require.Equal(t, "fairness/flood", flood.Name)
+	require.Equal(t, 20, flood.Backlog)
+	f := flood.Runs[0].Flood
+	require.NotNil(t, f)
+	require.Equal(t, 20, f.Backlog)
+	require.Positive(t, f.BAloneCalls)
+	require.Positive(t, f.BCalls)
+	require.GreaterOrEqual(t, f.BAloneP50MS, 20.0, "B's calls sleep 20 ms")
+	require.GreaterOrEqual(t, f.BP50MS, 20.0)
+	require.LessOrEqual(t, f.BP50MS, f.BP99MS)
+	require.LessOrEqual(t, f.BP99MS, f.BMaxMS)
+	require.Positive(t, f.ACallsPerSec)
+	require.NotNil(t, flood.Flood)
+	require.Equal(t, f.BP99MS, flood.Flood.BP99MS.Median)
+
+	weights := rep.Scenarios[1]
+	require.Equal(t, "fairness/weights", weights.Name)
+	w := weights.Runs[0].Weights
+	require.NotNil(t, w)
+	require.Equal(t, 3, w.WeightA)
+	require.Equal(t, 1, w.WeightB)
+	require.Len(t, w.Ratios, 2, "two windows")
+	require.Len(t, w.ACalls, 2)
+	require.Len(t, w.BCalls, 2)
+	for i := range w.Ratios {
+		require.Positive(t, w.ACalls[i], "window %d", i)
+		require.Positive(t, w.BCalls[i], "window %d", i)
+		require.Positive(t, w.Ratios[i], "window %d", i)
+	}
+	require.Positive(t, w.Ratio)
+	require.Equal(t, 2, weights.Weights.Windows)
+
+	many := rep.Scenarios[2]
+	require.Equal(t, "fairness/many", many.Name)
+	m := many.Runs[0].Many
+	require.NotNil(t, m)
+	require.Equal(t, 10, m.Personalities)
+	require.Equal(t, 3, m.CallsEach)
+	require.Positive(t, m.SingleCallsPerSec)
+	require.Positive(t, m.ManyCallsPerSec)
+	require.Positive(t, m.SingleAfterCallsPerSec)
+	require.Positive(t, m.Ratio)
+	require.Positive(t, m.FirstCallsMS)
+	require.Equal(t, m.ManyCallsPerSec, many.Runs[0].CallsPerSec)
+
+	require.Len(t, rep.Targets, 5)
+	for i, tg := range rep.Targets {
+		require.Equal(t, i < 2, tg.Absent, "%s: only the fairness targets are measured", tg.Name)
+	}
+
+	var js bytes.Buffer
+	require.NoError(t, rep.WriteJSON(&js))
+	var back bench.Report
+	require.NoError(t, json.Unmarshal(js.Bytes(), &back), js.String())
+	require.Equal(t, *f, *back.Scenarios[0].Runs[0].Flood)
+	require.Equal(t, w.Ratios, back.Scenarios[1].Runs[0].Weights.Ratios)
+	require.Equal(t, bench.Duration(200*time.Millisecond), back.Config.WeightsWindow)
+
+	var table bytes.Buffer
+	require.NoError(t, rep.WriteTable(&table))
+	for _, s := range []string{"fairness/flood", "B behind A's backlog: p99 ms", "fairness/weights", "A/B per 200ms window (2 windows)",
+		"fairness/many", "10 personalities: calls/s", "target fairness/many throughput / one personality"} {
+		require.Contains(t, table.String(), s)
+	}
+	require.NotContains(t, table.String(), "p99.9 ms", "no table of the raw and Capstan scenarios")
 }

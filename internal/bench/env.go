@@ -44,6 +44,7 @@ budget: {result_chars: 80000}
 
 // env is the server and the load generator's connection.
 type env struct {
+	dir   string // the embedded server's store; "" for a server elsewhere
 	url   string
 	creds string           // the server's credentials file
 	srv   *embedded.Server // nil when the server is not this process's
@@ -56,6 +57,7 @@ type env struct {
 func newEnv(ctx context.Context, dir, url, creds string) (*env, error) {
 	e := &env{url: url, creds: creds}
 	if url == "" {
+		e.dir = dir
 		srv, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1})
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
@@ -97,8 +99,14 @@ type system struct {
 	spans func() (exported, dropped uint64)
 }
 
-// start starts the system of s: the raw baseline, or a worker hosting echo.
+// start starts the system of s: the raw baseline, or a worker hosting echo
+// that logs to a discarding writer.
 func (e *env) start(ctx context.Context, s Scenario) (*system, error) {
+	return e.startLogging(ctx, s, slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// startLogging is start with the worker's log handler.
+func (e *env) startLogging(ctx context.Context, s Scenario, logs slog.Handler) (*system, error) {
 	if s.System == Raw {
 		b, err := bus.StartBaseline(ctx, bus.BaselineConfig{URL: e.url, Creds: e.creds, Pool: rawPool, Concurrency: s.Concurrency})
 		if err != nil {
@@ -135,7 +143,7 @@ func (e *env) start(ctx context.Context, s Scenario) (*system, error) {
 		WorkerID:       "bench-worker",
 		Concurrency:    s.Concurrency,
 		ShutdownGrace:  5 * time.Second,
-		Logger:         slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Logger:         slog.New(logs),
 		TracerProvider: tp,
 		MeterProvider:  mp,
 	}, echo.Tool())
@@ -184,6 +192,14 @@ func (d *discardExporter) Shutdown(context.Context) error { return nil }
 // measure runs one scenario once: start its system, warm up, measure,
 // collect the stragglers, stop the system and purge what the run stored.
 func (e *env) measure(ctx context.Context, cfg Config, s Scenario, batch string) (RunResult, error) {
+	switch s.Load {
+	case Flood:
+		return e.measureFlood(ctx, cfg, s, batch)
+	case Weights:
+		return e.measureWeights(ctx, cfg, s, batch)
+	case Many:
+		return e.measureMany(ctx, cfg, s, batch)
+	}
 	sys, err := e.start(ctx, s)
 	if err != nil {
 		return RunResult{}, err

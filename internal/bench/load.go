@@ -63,14 +63,18 @@ type flight struct {
 }
 
 func newLoad(conn *bus.Conn, names protocol.Names, subject, batch string, s Scenario, argBytes int) *load {
-	// {"text":"<text>"} plus sleep_ms when set is argBytes long.
+	return &load{conn: conn, names: names, subject: subject, batch: batch, s: s, text: argText(argBytes, s.SleepMS)}
+}
+
+// argText returns the echo text that makes {"text":"<text>"}, plus
+// sleep_ms when set, argBytes long.
+func argText(argBytes, sleepMS int) string {
 	n := argBytes - len(`{"text":""}`)
-	if s.SleepMS > 0 {
-		n -= len(`,"sleep_ms":`) + len(strconv.Itoa(s.SleepMS))
+	if sleepMS > 0 {
+		n -= len(`,"sleep_ms":`) + len(strconv.Itoa(sleepMS))
 	}
 	const alphabet = "Capstan runs LLM-agent tool calls at scale. "
-	text := strings.Repeat(alphabet, n/len(alphabet)+1)[:max(n, 1)]
-	return &load{conn: conn, names: names, subject: subject, batch: batch, s: s, text: text}
+	return strings.Repeat(alphabet, n/len(alphabet)+1)[:max(n, 1)]
 }
 
 // body appends the JSON of call seq to buf.

@@ -58,6 +58,13 @@ type ReportConfig struct {
 	Rate              float64  `json:"rate"`
 	ArgBytes          int      `json:"arg_bytes"`
 	SleepMS           int      `json:"sleep_ms"`
+	FloodBacklog      int      `json:"flood_backlog"`
+	FloodSleepMS      int      `json:"flood_sleep_ms"`
+	WeightsSleepMS    int      `json:"weights_sleep_ms"`
+	WeightsWindow     Duration `json:"weights_window"`
+	WeightsWindows    int      `json:"weights_windows"`
+	ManyPersonalities int      `json:"many_personalities"`
+	ManyCalls         int      `json:"many_calls"`
 	Storage           string   `json:"storage"`
 	ServerInProcess   bool     `json:"server_in_process"`
 	Scenarios         []string `json:"scenarios,omitempty"`
@@ -103,6 +110,34 @@ type RunResult struct {
 	GCCycles          uint32  `json:"gc_cycles"`
 	GCPauseMS         float64 `json:"gc_pause_ms"`
 	AllocBytesPerCall int64   `json:"alloc_bytes_per_call"`
+	// Flood, Weights and Many are the measures of the fairness scenarios
+	// (one of them, in a run of one). Calls and CallsPerSec are then A's
+	// results (fairness/flood), A's and B's (fairness/weights) or the many
+	// personalities' (fairness/many) in the window, and the latencies B's
+	// behind A's backlog (fairness/flood).
+	Flood   *FloodRun   `json:"flood,omitempty"`
+	Weights *WeightsRun `json:"weights,omitempty"`
+	Many    *ManyRun    `json:"many,omitempty"`
+}
+
+// progress is the run's line of progress.
+func (r RunResult) progress() string {
+	switch {
+	case r.Flood != nil:
+		f := r.Flood
+		return fmt.Sprintf("B alone p50 %.1f ms p99 %.1f ms (%d calls); behind A p50 %.1f ms p99 %.1f ms (%d calls); A %.0f calls/s  errors %d",
+			f.BAloneP50MS, f.BAloneP99MS, f.BAloneCalls, f.BP50MS, f.BP99MS, f.BCalls, f.ACallsPerSec, r.Errors)
+	case r.Weights != nil:
+		return fmt.Sprintf("A/B %.3f, per window %v; %.0f calls/s  errors %d", r.Weights.Ratio, r.Weights.Ratios, r.CallsPerSec, r.Errors)
+	case r.Many != nil:
+		m := r.Many
+		return fmt.Sprintf("%d personalities %.0f calls/s, one %.0f calls/s: %.3f×; first calls %.0f ms; one again %.0f calls/s  errors %d",
+			m.Personalities, m.ManyCallsPerSec, m.SingleCallsPerSec, m.Ratio, m.FirstCallsMS, m.SingleAfterCallsPerSec, r.Errors)
+	}
+	if r.Calls == 0 && r.FirstError != "" {
+		return "failed: " + r.FirstError
+	}
+	return fmt.Sprintf("%8.0f calls/s  p50 %6.2f ms  p99 %6.2f ms  p99.9 %6.2f ms  errors %d", r.CallsPerSec, r.P50MS, r.P99MS, r.P999MS, r.Errors)
 }
 
 // Stat is the median of a measure over the repeats and its spread.
@@ -121,6 +156,43 @@ type Summary struct {
 	P999MS      Stat        `json:"p999_ms"`
 	Errors      int64       `json:"errors"`
 	Runs        []RunResult `json:"runs"`
+	// Flood, Weights and Many summarize the fairness scenarios' runs.
+	Flood   *FloodSummary   `json:"flood,omitempty"`
+	Weights *WeightsSummary `json:"weights,omitempty"`
+	Many    *ManySummary    `json:"many,omitempty"`
+}
+
+// FloodSummary is fairness/flood over the repeats: B's time to result
+// alone and behind A's backlog, and A's throughput.
+type FloodSummary struct {
+	BAloneP50MS  Stat `json:"b_alone_p50_ms"`
+	BAloneP99MS  Stat `json:"b_alone_p99_ms"`
+	BP50MS       Stat `json:"b_p50_ms"`
+	BP99MS       Stat `json:"b_p99_ms"`
+	ACallsPerSec Stat `json:"a_calls_per_sec"`
+	// Runs is the runs measured (a run that failed has no measures).
+	Runs int `json:"runs"`
+}
+
+// WeightsSummary is fairness/weights over the repeats: the ratio A/B of
+// every window of every run, and of every run as a whole.
+type WeightsSummary struct {
+	Windows     int  `json:"windows"`
+	WindowRatio Stat `json:"window_ratio"`
+	RunRatio    Stat `json:"run_ratio"`
+	Runs        int  `json:"runs"`
+}
+
+// ManySummary is fairness/many over the repeats.
+type ManySummary struct {
+	SingleCallsPerSec Stat `json:"single_calls_per_sec"`
+	ManyCallsPerSec   Stat `json:"many_calls_per_sec"`
+	Ratio             Stat `json:"ratio"`
+	FirstCallsMS      Stat `json:"first_calls_ms"`
+	// SingleAfterCallsPerSec is the single personality's throughput with
+	// the many personalities' consumers idle.
+	SingleAfterCallsPerSec Stat `json:"single_after_calls_per_sec"`
+	Runs                   int  `json:"runs"`
 }
 
 // Ratio compares a Capstan scenario with its raw counterpart under the same
@@ -162,14 +234,29 @@ func stat(vals []float64) Stat {
 	return Stat{Median: round(med, 3), Min: s[0], Max: s[len(s)-1]}
 }
 
-func summarize(s Scenario, runs []RunResult) Summary {
-	pick := func(f func(RunResult) float64) []float64 {
-		out := make([]float64, len(runs))
-		for i, r := range runs {
-			out[i] = f(r)
-		}
-		return out
+// pickOf returns f of every run.
+func pickOf(runs []RunResult, f func(RunResult) float64) []float64 {
+	out := make([]float64, len(runs))
+	for i, r := range runs {
+		out[i] = f(r)
 	}
+	return out
+}
+
+// valid returns the runs for which ok holds (a fairness run that failed
+// has no measures).
+func valid(runs []RunResult, ok func(RunResult) bool) []RunResult {
+	var out []RunResult
+	for _, r := range runs {
+		if ok(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func summarize(s Scenario, runs []RunResult) Summary {
+	pick := func(f func(RunResult) float64) []float64 { return pickOf(runs, f) }
 	sum := Summary{Scenario: s, Runs: runs,
 		CallsPerSec: stat(pick(func(r RunResult) float64 { return math.Round(r.CallsPerSec) })),
 		P50MS:       stat(pick(func(r RunResult) float64 { return r.P50MS })),
@@ -178,6 +265,37 @@ func summarize(s Scenario, runs []RunResult) Summary {
 	}
 	for _, r := range runs {
 		sum.Errors += r.Errors
+	}
+	switch s.Load {
+	case Flood:
+		runs := valid(runs, func(r RunResult) bool { return r.Flood != nil })
+		sum.Flood = &FloodSummary{
+			BAloneP50MS:  stat(pickOf(runs, func(r RunResult) float64 { return r.Flood.BAloneP50MS })),
+			BAloneP99MS:  stat(pickOf(runs, func(r RunResult) float64 { return r.Flood.BAloneP99MS })),
+			BP50MS:       stat(pickOf(runs, func(r RunResult) float64 { return r.Flood.BP50MS })),
+			BP99MS:       stat(pickOf(runs, func(r RunResult) float64 { return r.Flood.BP99MS })),
+			ACallsPerSec: stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Flood.ACallsPerSec) })),
+			Runs:         len(runs),
+		}
+	case Weights:
+		runs := valid(runs, func(r RunResult) bool { return r.Weights != nil })
+		var windows []float64
+		for _, r := range runs {
+			windows = append(windows, r.Weights.Ratios...)
+		}
+		sum.Weights = &WeightsSummary{Windows: len(windows), WindowRatio: stat(windows),
+			RunRatio: stat(pickOf(runs, func(r RunResult) float64 { return r.Weights.Ratio })),
+			Runs:     len(runs)}
+	case Many:
+		runs := valid(runs, func(r RunResult) bool { return r.Many != nil })
+		sum.Many = &ManySummary{
+			SingleCallsPerSec:      stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Many.SingleCallsPerSec) })),
+			ManyCallsPerSec:        stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Many.ManyCallsPerSec) })),
+			Ratio:                  stat(pickOf(runs, func(r RunResult) float64 { return r.Many.Ratio })),
+			FirstCallsMS:           stat(pickOf(runs, func(r RunResult) float64 { return r.Many.FirstCallsMS })),
+			SingleAfterCallsPerSec: stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Many.SingleAfterCallsPerSec) })),
+			Runs:                   len(runs),
+		}
 	}
 	return sum
 }
@@ -191,7 +309,7 @@ func ratios(sums []Summary, sleepMS int) []Ratio {
 	}
 	var out []Ratio
 	for _, c := range sums {
-		if c.System != Capstan {
+		if c.System != Capstan || (c.Load != Saturate && c.Load != Rate) {
 			continue
 		}
 		rawFamily := "raw-echo"
@@ -216,9 +334,10 @@ func ratios(sums []Summary, sleepMS int) []Ratio {
 	return out
 }
 
-// targets checks the issue's goals: echo at saturation at least 0.8 of the
-// raw throughput, and echo's p99 at the moderate rate at most 2 ms above raw.
-func targets(rs []Ratio) []Target {
+// targets checks the issues' goals: echo at saturation at least 0.8 of the
+// raw throughput, echo's p99 at the moderate rate at most 2 ms above raw,
+// and the scheduling goals (fairnessTargets).
+func targets(rs []Ratio, sums []Summary) []Target {
 	tput := Target{Name: "capstan-echo/saturate throughput / raw", Goal: ">= 0.8", Absent: true}
 	p99 := Target{Name: "capstan-echo/rate p99 - raw p99 (ms)", Goal: "<= 2", Absent: true}
 	for _, r := range rs {
@@ -229,7 +348,35 @@ func targets(rs []Ratio) []Target {
 			p99.Value, p99.Met, p99.Absent = r.P99DeltaMS, r.P99DeltaMS <= 2, false
 		}
 	}
-	return []Target{tput, p99}
+	return append([]Target{tput, p99}, fairnessTargets(sums)...)
+}
+
+// fairnessTargets checks the scheduling goals (scheduling.md): B's p99
+// behind A's backlog at most twice the slot time plus 100 ms; A/B within
+// 10 % of 3 in every window; many personalities at least 0.95 of one.
+func fairnessTargets(sums []Summary) []Target {
+	flood := Target{Name: "fairness/flood B p99 behind A's backlog (ms)", Goal: "<= 2 × slot + 100", Absent: true}
+	weights := Target{Name: "fairness/weights A/B per window, farthest from 3", Goal: "3 ± 10 %", Absent: true}
+	many := Target{Name: "fairness/many throughput / one personality", Goal: ">= 0.95", Absent: true}
+	for _, s := range sums {
+		switch {
+		case s.Flood != nil:
+			limit := float64(2*s.SleepMS + 100)
+			flood.Goal = fmt.Sprintf("<= %g (2 × %d ms + 100 ms)", limit, s.SleepMS)
+			flood.Value, flood.Met, flood.Absent = s.Flood.BP99MS.Median, s.Flood.Runs > 0 && s.Flood.BP99MS.Median <= limit, false
+		case s.Weights != nil:
+			want := float64(weightA) / float64(weightB)
+			worst := s.Weights.WindowRatio.Min
+			if math.Abs(s.Weights.WindowRatio.Max-want) > math.Abs(worst-want) {
+				worst = s.Weights.WindowRatio.Max
+			}
+			weights.Value, weights.Absent = worst, false
+			weights.Met = s.Weights.Windows > 0 && math.Abs(worst-want) <= 0.1*want
+		case s.Many != nil:
+			many.Value, many.Met, many.Absent = s.Many.Ratio.Median, s.Many.Runs > 0 && s.Many.Ratio.Median >= 0.95, false
+		}
+	}
+	return []Target{flood, weights, many}
 }
 
 func round(v float64, digits int) float64 {
@@ -256,8 +403,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "capstan-bench: %d repeats of %s (after %s warm-up), %d CPUs, %s, nats-server %s %s, file storage, %d-byte args\n\n",
 		r.Config.Repeats, time.Duration(r.Config.Duration), time.Duration(r.Config.Warmup), r.CPUs, r.GoVersion, r.NATSServer, where, r.Config.ArgBytes)
 	tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tslots\tload\tcalls/s (min–max)\tp50 ms\tp99 ms\tp99.9 ms\terrors\t")
+	if slices.ContainsFunc(r.Scenarios, func(s Summary) bool { return s.Family() != Fairness }) {
+		fmt.Fprintln(tw, "scenario\tslots\tload\tcalls/s (min–max)\tp50 ms\tp99 ms\tp99.9 ms\terrors\t")
+	}
 	for _, s := range r.Scenarios {
+		if s.Family() == Fairness {
+			continue
+		}
 		load := fmt.Sprintf("%d in flight", s.Outstanding)
 		if s.Load == Rate {
 			load = fmt.Sprintf("%g/s", s.Rate)
@@ -279,6 +431,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			return err
 		}
 	}
+	if err := r.writeFairness(&b); err != nil {
+		return err
+	}
 	b.WriteString("\n")
 	for _, t := range r.Targets {
 		verdict := "not met"
@@ -296,6 +451,66 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeFairness writes the scheduling scenarios' table, when any ran: one
+// row per measure, medians with their min–max over the repeats.
+func (r *Report) writeFairness(b *strings.Builder) error {
+	var rows [][3]string
+	for _, s := range r.Scenarios {
+		switch {
+		case s.Flood != nil:
+			f := s.Flood
+			head := fmt.Sprintf("%d slots, A keeps %d calls of %d ms waiting, B sends %g/s", s.Concurrency, s.Backlog, s.SleepMS, s.Rate)
+			rows = append(rows, [3]string{s.Name, head, ""},
+				[3]string{"", "B alone: p50 ms", span(f.BAloneP50MS, 1)},
+				[3]string{"", "B alone: p99 ms", span(f.BAloneP99MS, 1)},
+				[3]string{"", "B behind A's backlog: p50 ms", span(f.BP50MS, 1)},
+				[3]string{"", "B behind A's backlog: p99 ms", span(f.BP99MS, 1)},
+				[3]string{"", "A: calls/s", span(f.ACallsPerSec, 0)})
+		case s.Weights != nil:
+			head := fmt.Sprintf("%d slots, A (weight %d) and B (weight %d) keep %d calls of %d ms waiting each", s.Concurrency, weightA, weightB, s.Backlog, s.SleepMS)
+			rows = append(rows, [3]string{s.Name, head, ""},
+				[3]string{"", fmt.Sprintf("A/B per %s window (%d windows)", time.Duration(r.Config.WeightsWindow), s.Weights.Windows), span(s.Weights.WindowRatio, 3)},
+				[3]string{"", "A/B per run", span(s.Weights.RunRatio, 3)},
+				[3]string{"", "A and B: calls/s", span(s.CallsPerSec, 0)})
+		case s.Many != nil:
+			m := s.Many
+			head := fmt.Sprintf("%d slots, %d personalities keep %d echo calls waiting each, against %d of one", s.Concurrency, s.Personalities, s.Backlog, s.Personalities*s.Backlog)
+			rows = append(rows, [3]string{s.Name, head, ""},
+				[3]string{"", "one personality: calls/s", span(m.SingleCallsPerSec, 0)},
+				[3]string{"", fmt.Sprintf("%d personalities: calls/s", s.Personalities), span(m.ManyCallsPerSec, 0)},
+				[3]string{"", "ratio", span(m.Ratio, 3)},
+				[3]string{"", fmt.Sprintf("one personality again, the %d consumers idle: calls/s", s.Personalities), span(m.SingleAfterCallsPerSec, 0)},
+				[3]string{"", "first call of every new personality answered, ms", span(m.FirstCallsMS, 0)})
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	var failed []string
+	for _, s := range r.Scenarios {
+		if s.Family() == Fairness && s.Errors > 0 {
+			for _, run := range s.Runs {
+				if run.FirstError != "" {
+					failed = append(failed, fmt.Sprintf("%s run %d: %d errors, the first: %s", s.Name, run.Repeat, run.Errors, run.FirstError))
+				}
+			}
+		}
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(b, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "scheduling\tmeasure\tmedian (min–max)\t")
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", row[0], row[1], row[2])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, f := range failed {
+		fmt.Fprintf(b, "%s\n", f)
+	}
+	return nil
 }
 
 func span(s Stat, digits int) string {

@@ -33,6 +33,11 @@ const (
 	ProgressPerSubject = 1000
 	// MaxAckPending bounds unacknowledged calls per pool consumer.
 	MaxAckPending = 20000
+	// CallsMaxConsumers is the calls stream's limit of consumers (one per
+	// pool and personality), set when Capstan creates the stream; a
+	// stream created before keeps the server's default (1,000):
+	// "nats stream edit CAPSTAN_CALLS --max-consumers 100000" lifts it.
+	CallsMaxConsumers = 100000
 )
 
 // LeaseMarkerTTL is how long the leases bucket keeps the marker of an
@@ -131,7 +136,10 @@ func (c *Conn) streamConfigs() []jetstream.StreamConfig {
 	n := c.names
 	r := c.cfg.Replicas
 	return []jetstream.StreamConfig{
-		{Name: n.CallsStream(), Description: "Capstan tool calls", Subjects: []string{n.CallsFilter()}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: DedupeWindow, Replicas: r, Metadata: versionMetadata()},
+		// One consumer per pool and personality (scheduling): the
+		// server's default of 1,000 consumers a stream would leave the
+		// calls of personality 1,001 unconsumed.
+		{Name: n.CallsStream(), Description: "Capstan tool calls", Subjects: []string{n.CallsFilter()}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: DedupeWindow, Replicas: r, MaxConsumers: CallsMaxConsumers, Metadata: versionMetadata()},
 		// Direct gets let a reader fetch one stored result by subject
 		// ($JS.API.DIRECT.GET.<stream>.<subject>), which server permissions
 		// can bind to a tenant's own results.
