@@ -140,20 +140,7 @@ func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int, ac
 		return &PoolConsumer{cons: cons, name: pool, timing: Timing{AckWait: cfg.AckWait}}, nil
 	}
 	have := cons.CachedInfo().Config
-	var reasons []string
-	if have.FilterSubject != cfg.FilterSubject {
-		reasons = append(reasons, fmt.Sprintf("filter is %q, want %q", have.FilterSubject, cfg.FilterSubject))
-	}
-	if have.AckPolicy != cfg.AckPolicy {
-		reasons = append(reasons, fmt.Sprintf("ack policy is %s, want explicit", have.AckPolicy))
-	}
-	if have.MaxDeliver != cfg.MaxDeliver {
-		reasons = append(reasons, fmt.Sprintf("max deliver is %d, want %d (CAPSTAN_MAX_DELIVER must be the same on every worker of a pool)", have.MaxDeliver, cfg.MaxDeliver))
-	}
-	if have.AckWait != cfg.AckWait {
-		reasons = append(reasons, fmt.Sprintf("ack wait is %s, want %s (CAPSTAN_ACK_WAIT must be the same on every worker of a pool)", have.AckWait, cfg.AckWait))
-	}
-	if len(reasons) > 0 {
+	if reasons := consumerDiff(have, cfg); len(reasons) > 0 {
 		return nil, &IncompatibleError{Kind: "consumer", Name: stream + "/" + pool, Reasons: reasons}
 	}
 	switch v := have.Metadata[protocol.MetadataProtocol]; v {
@@ -175,6 +162,26 @@ func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int, ac
 		return nil, &VersionError{Kind: "consumer", Name: stream + "/" + pool, Version: v}
 	}
 	return &PoolConsumer{cons: cons, name: pool, timing: Timing{AckWait: have.AckWait}}, nil
+}
+
+// consumerDiff lists how an existing consumer of calls differs from the
+// configuration a worker wants in what must be the same on every worker of
+// a pool.
+func consumerDiff(have, want jetstream.ConsumerConfig) []string {
+	var reasons []string
+	if have.FilterSubject != want.FilterSubject {
+		reasons = append(reasons, fmt.Sprintf("filter is %q, want %q", have.FilterSubject, want.FilterSubject))
+	}
+	if have.AckPolicy != want.AckPolicy {
+		reasons = append(reasons, fmt.Sprintf("ack policy is %s, want explicit", have.AckPolicy))
+	}
+	if have.MaxDeliver != want.MaxDeliver {
+		reasons = append(reasons, fmt.Sprintf("max deliver is %d, want %d (CAPSTAN_MAX_DELIVER must be the same on every worker of a pool)", have.MaxDeliver, want.MaxDeliver))
+	}
+	if have.AckWait != want.AckWait {
+		reasons = append(reasons, fmt.Sprintf("ack wait is %s, want %s (CAPSTAN_ACK_WAIT must be the same on every worker of a pool)", have.AckWait, want.AckWait))
+	}
+	return reasons
 }
 
 // Fetch pulls at most n calls and passes each to fn as soon as it arrives,

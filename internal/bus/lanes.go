@@ -64,20 +64,7 @@ func (c *Conn) PersonalityConsumer(ctx context.Context, pool, personality string
 	}
 	if existing {
 		have := cons.CachedInfo().Config
-		var reasons []string
-		if have.FilterSubject != cfg.FilterSubject {
-			reasons = append(reasons, fmt.Sprintf("filter is %q, want %q", have.FilterSubject, cfg.FilterSubject))
-		}
-		if have.AckPolicy != cfg.AckPolicy {
-			reasons = append(reasons, fmt.Sprintf("ack policy is %s, want explicit", have.AckPolicy))
-		}
-		if have.MaxDeliver != cfg.MaxDeliver {
-			reasons = append(reasons, fmt.Sprintf("max deliver is %d, want %d (CAPSTAN_MAX_DELIVER must be the same on every worker of a pool)", have.MaxDeliver, cfg.MaxDeliver))
-		}
-		if have.AckWait != cfg.AckWait {
-			reasons = append(reasons, fmt.Sprintf("ack wait is %s, want %s (CAPSTAN_ACK_WAIT must be the same on every worker of a pool)", have.AckWait, cfg.AckWait))
-		}
-		if len(reasons) > 0 {
+		if reasons := consumerDiff(have, cfg); len(reasons) > 0 {
 			return nil, &IncompatibleError{Kind: "consumer", Name: stream + "/" + name, Reasons: reasons}
 		}
 		if have.MaxAckPending != cfg.MaxAckPending {
