@@ -1,0 +1,62 @@
+package bus_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/bus/bustest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPersonalityConsumers: each personality's consumer carries its cap as
+// MaxAckPending (changed when the cap changes, the default without one),
+// refuses a worker whose max deliver differs, and cannot live beside the
+// pool's single consumer of the versions before scheduling, which
+// RetirePoolConsumer removes.
+func TestPersonalityConsumers(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	c := bustest.Conn(t, url, "")
+	nc, err := nats.Connect(url, nkey(t, url))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	maxAckPending := func(name string) int {
+		cons, err := js.Consumer(ctxT(t), "CAPSTAN_CALLS", name)
+		require.NoError(t, err)
+		return cons.CachedInfo().Config.MaxAckPending
+	}
+
+	_, err = c.PoolConsumer(ctxT(t), "default", 5, bus.DefaultAckWait)
+	require.NoError(t, err)
+	_, err = c.PersonalityConsumer(ctxT(t), "default", "a", 5, bus.DefaultAckWait, 2)
+	require.Error(t, err, "a work queue allows no overlapping consumers")
+	retired, err := c.RetirePoolConsumer(ctxT(t), "default")
+	require.NoError(t, err)
+	require.True(t, retired)
+	retired, err = c.RetirePoolConsumer(ctxT(t), "default")
+	require.NoError(t, err)
+	require.False(t, retired, "nothing left to retire")
+
+	p, err := c.PersonalityConsumer(ctxT(t), "default", "a", 5, bus.DefaultAckWait, 2)
+	require.NoError(t, err)
+	require.Equal(t, "default~a", p.Name())
+	require.Equal(t, 2, maxAckPending("default~a"))
+	_, err = c.PersonalityConsumer(ctxT(t), "default", "a", 5, bus.DefaultAckWait, 7)
+	require.NoError(t, err)
+	require.Equal(t, 7, maxAckPending("default~a"), "a changed cap updates the consumer")
+	_, err = c.PersonalityConsumer(ctxT(t), "default", "a", 5, bus.DefaultAckWait, 0)
+	require.NoError(t, err)
+	require.Equal(t, bus.MaxAckPending, maxAckPending("default~a"), "no cap")
+
+	_, err = c.PersonalityConsumer(ctxT(t), "default", "a", 3, bus.DefaultAckWait, 0)
+	require.ErrorContains(t, err, "consumer CAPSTAN_CALLS/default~a exists with an incompatible configuration: max deliver is 5, want 3 (CAPSTAN_MAX_DELIVER must be the same on every worker of a pool)")
+	_, err = c.PersonalityConsumer(ctxT(t), "default", "a.b", 5, bus.DefaultAckWait, 0)
+	require.Error(t, err)
+	_, err = c.PersonalityConsumer(ctxT(t), "default", "b", 5, time.Second, 0)
+	require.ErrorContains(t, err, "ack wait must be at least")
+}
