@@ -240,7 +240,7 @@ func (e *env) measureFlood(ctx context.Context, cfg Config, s Scenario, batch st
 	m.window(time.Now(), cfg.Duration, 0)
 	m.pace(ctx, b, floodInterval)
 	if err := m.waitAnswered(ctx, b, drainTimeout); err != nil {
-		return RunResult{}, fmt.Errorf("B alone: %w", err)
+		return RunResult{}, fmt.Errorf("personality B alone: %w", err)
 	}
 	_, _, alone := m.measures(b)
 	fr.BAloneCalls, fr.BAloneP50MS, fr.BAloneP99MS = len(alone), ms(percentile(alone, 0.5)), ms(percentile(alone, 0.99))
@@ -248,13 +248,13 @@ func (e *env) measureFlood(ctx context.Context, cfg Config, s Scenario, batch st
 	// B behind A's backlog.
 	m.fill(a)
 	if err := m.waitPublished(ctx, a, backlogTimeout); err != nil {
-		return RunResult{}, fmt.Errorf("A's backlog: %w", err)
+		return RunResult{}, fmt.Errorf("the backlog of personality A: %w", err)
 	}
 	m.window(time.Now().Add(cfg.Warmup), cfg.Duration, 0)
 	m.pace(ctx, b, floodInterval)
 	m.stopRefill()
 	if err := m.waitAnswered(ctx, b, drainTimeout); err != nil {
-		return RunResult{}, fmt.Errorf("B behind A: %w", err)
+		return RunResult{}, fmt.Errorf("personality B behind A: %w", err)
 	}
 	res = mixResult(m, a, cfg.Duration)
 	fr.ACallsPerSec = res.CallsPerSec
