@@ -292,7 +292,7 @@ func newObserver(t *testing.T, url string) *observer {
 }
 
 // groups are the raft groups on the path of every call, watched by name.
-var groups = []string{"CAPSTAN_CALLS", "CAPSTAN_CALLS/" + protocol.DefaultPool, "CAPSTAN_RESULTS"}
+var groups = []string{"CAPSTAN_CALLS", "CAPSTAN_CALLS/" + protocol.PersonalityConsumer(protocol.DefaultPool, "default"), "CAPSTAN_RESULTS"}
 
 // leader returns the leader of group (a stream, or stream/consumer) as
 // the node that answers says, "" when none answers.
@@ -332,7 +332,9 @@ func (o *observer) moveLeaders(t *testing.T, node string) {
 	}
 	require.NoError(t, names.Err())
 	slices.Sort(all)
-	all = append(all, "CAPSTAN_CALLS/"+protocol.DefaultPool)
+	// The calls consumer of the personality the load uses (one per
+	// personality: scheduling).
+	all = append(all, groups[1])
 	for _, g := range all {
 		o.moveLeader(t, g, node)
 	}
