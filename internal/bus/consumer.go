@@ -120,21 +120,9 @@ func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int, ac
 		return nil, err
 	}
 	stream := c.names.CallsStream()
-	var cons jetstream.Consumer
-	existing := false
-	err = c.den.guard(ctx, apiConsumer(stream), func(ctx context.Context) (err error) {
-		cons, err = c.js.CreateConsumer(ctx, stream, cfg)
-		if !errors.Is(err, jetstream.ErrConsumerExists) {
-			return err
-		}
-		existing = true
-		if cons, err = c.js.Consumer(ctx, stream, pool); err != nil {
-			return fmt.Errorf("read the existing consumer: %w", err)
-		}
-		return nil
-	})
+	cons, existing, err := c.createOrBind(ctx, stream, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("bus: create consumer %s: %w", pool, err)
+		return nil, err
 	}
 	if !existing {
 		return &PoolConsumer{cons: cons, name: pool, timing: Timing{AckWait: cfg.AckWait}}, nil
@@ -162,6 +150,27 @@ func (c *Conn) PoolConsumer(ctx context.Context, pool string, maxDeliver int, ac
 		return nil, &VersionError{Kind: "consumer", Name: stream + "/" + pool, Version: v}
 	}
 	return &PoolConsumer{cons: cons, name: pool, timing: Timing{AckWait: have.AckWait}}, nil
+}
+
+// createOrBind creates the durable consumer cfg on stream, or binds to the
+// one of its name that exists (existing is then true; the caller compares
+// its configuration).
+func (c *Conn) createOrBind(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (cons jetstream.Consumer, existing bool, err error) {
+	err = c.den.guard(ctx, apiConsumer(stream), func(ctx context.Context) (err error) {
+		cons, err = c.js.CreateConsumer(ctx, stream, cfg)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return err
+		}
+		existing = true
+		if cons, err = c.js.Consumer(ctx, stream, cfg.Durable); err != nil {
+			return fmt.Errorf("read the existing consumer: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("bus: create consumer %s: %w", cfg.Durable, err)
+	}
+	return cons, existing, nil
 }
 
 // consumerDiff lists how an existing consumer of calls differs from the

@@ -46,21 +46,9 @@ func (c *Conn) PersonalityConsumer(ctx context.Context, pool, personality string
 		cfg.MaxAckPending = maxInFlight
 	}
 	stream := c.names.CallsStream()
-	var cons jetstream.Consumer
-	existing := false
-	err = c.den.guard(ctx, apiConsumer(stream), func(ctx context.Context) (err error) {
-		cons, err = c.js.CreateConsumer(ctx, stream, cfg)
-		if !errors.Is(err, jetstream.ErrConsumerExists) {
-			return err
-		}
-		existing = true
-		if cons, err = c.js.Consumer(ctx, stream, name); err != nil {
-			return fmt.Errorf("read the existing consumer: %w", err)
-		}
-		return nil
-	})
+	cons, existing, err := c.createOrBind(ctx, stream, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("bus: create consumer %s: %w", name, err)
+		return nil, err
 	}
 	if existing {
 		have := cons.CachedInfo().Config
