@@ -304,3 +304,21 @@ func requireExactlyOnce(t *testing.T, tl tally, ids []string) (lost, duplicated 
 	require.Zero(t, duplicated, "duplicate results")
 	return lost, duplicated
 }
+
+// retryFor runs try until it returns nil, polling every `every`, and fails
+// the test naming what and the last error once d has passed: a condition
+// with a bound, for operations a cluster refuses while it elects leaders.
+func retryFor(t testing.TB, d, every time.Duration, what string, try func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := try()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not done within %s: %v", what, d, err)
+		}
+		time.Sleep(every)
+	}
+}

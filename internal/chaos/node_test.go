@@ -207,19 +207,12 @@ func (c *procCluster) waitJetStream(i int, d time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(d)
-	for {
+	retryFor(t, d, 100*time.Millisecond, c.nodes[i].spec.Name+": JetStream ready", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
 		_, err := js.AccountInfo(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: JetStream not ready in %s: %v", c.nodes[i].spec.Name, d, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // url returns the client URLs of the given nodes, comma-separated.

@@ -185,18 +185,13 @@ func runPartition(t *testing.T, batch string, inject, clear func(*procCluster, i
 // a minute has passed: a new cluster may still be electing its leaders.
 func connectRetry(t *testing.T, cfg bus.Config) *bus.Conn {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		conn, err := bus.Connect(ctxT(t, 30*time.Second), cfg)
-		if err == nil {
-			t.Cleanup(conn.Close)
-			return conn
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("connect to %s: %v", cfg.URL, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	var conn *bus.Conn
+	retryFor(t, time.Minute, 200*time.Millisecond, "connect to "+cfg.URL, func() (err error) {
+		conn, err = bus.Connect(ctxT(t, 30*time.Second), cfg)
+		return err
+	})
+	t.Cleanup(conn.Close)
+	return conn
 }
 
 // retryRead runs read until it succeeds, for a minute: right after a heal
@@ -204,17 +199,7 @@ func connectRetry(t *testing.T, cfg bus.Config) *bus.Conn {
 // fails ("no responders").
 func retryRead(t *testing.T, read func(context.Context) error) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := read(ctxT(t, 30*time.Second))
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("read after the heal: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	retryFor(t, time.Minute, 200*time.Millisecond, "read after the heal", func() error { return read(ctxT(t, 30*time.Second)) })
 }
 
 // longestGap is the longest time between two consecutive results of batch
@@ -452,15 +437,9 @@ func TestPartitionLedgerReadIsNotStale(t *testing.T) {
 
 	store := func(subject string) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
-			err := conn.PublishFirst(ctxT(t, 5*time.Second), subject, []byte(`{}`), nil)
-			if err == nil {
-				return
-			}
-			require.False(t, time.Now().After(deadline), "store %s: %v", subject, err)
-			time.Sleep(100 * time.Millisecond)
-		}
+		retryFor(t, time.Minute, 100*time.Millisecond, "store "+subject, func() error {
+			return conn.PublishFirst(ctxT(t, 5*time.Second), subject, []byte(`{}`), nil)
+		})
 	}
 	before, after := "capstan.result.default.ledger.before", "capstan.result.default.ledger.after"
 	store(before)
