@@ -42,6 +42,9 @@ type AuditRecord struct {
 	// content).
 	BlobBytes  int64  `json:"blob_bytes,omitempty"`
 	BlobSHA256 string `json:"blob_sha256,omitempty"`
+	// Approval is set on the record of a call that was held for approval
+	// (the call's own record once it ran, or the record of the decision).
+	Approval *ApprovalStamp `json:"approval,omitempty"`
 }
 
 // DecodeAuditRecords returns the records of an audit message, as an audit

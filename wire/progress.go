@@ -27,4 +27,9 @@ type Progress struct {
 	Seq int64 `json:"seq"`
 	// Time is when the tool emitted the event.
 	Time time.Time `json:"time"`
+	// Kind is empty for a tool's own event, ProgressKindApprovalRequired
+	// for the event of a call held for approval.
+	Kind string `json:"kind,omitempty"`
+	// Approval is set on an event of kind approval_required.
+	Approval *ApprovalRequest `json:"approval,omitempty"`
 }

@@ -50,7 +50,8 @@ func TestEncodeAuditRecordMatchesEncodingJSON(t *testing.T) {
 	all := protocol.AuditRecord{Time: when, CallID: "c", BatchID: "b", SessionID: "s", PersonalityID: "p", Tool: "echo",
 		Decision: protocol.DecisionPermission, Denials: []string{"HOST_NOT_ALLOWED", "PATH_DENIED"}, DenialsOmitted: 3, OK: true,
 		Code: wire.CodeNotAvailable, DurationMS: 3, WorkerID: "w", Deliveries: 2, ArgsSHA256: "ab", ArgsBytes: 12,
-		ResultBytes: 300, BlobBytes: 1 << 40, BlobSHA256: "cd"}
+		ResultBytes: 300, BlobBytes: 1 << 40, BlobSHA256: "cd",
+		Approval: &wire.ApprovalStamp{Decision: "approved", By: "alice", At: when, ArgsSHA256: "ef", Reason: "looks fine"}}
 	with := func(f func(*protocol.AuditRecord)) protocol.AuditRecord { r := all; f(&r); return r }
 	for _, tc := range []struct {
 		name string
@@ -61,6 +62,13 @@ func TestEncodeAuditRecordMatchesEncodingJSON(t *testing.T) {
 		{"required fields only", protocol.AuditRecord{Time: when, CallID: "c", BatchID: "b", Tool: "echo", Decision: "allowed", WorkerID: "w", ArgsSHA256: "ab"}},
 		{"nasty strings everywhere", protocol.AuditRecord{Time: when, CallID: nasty, BatchID: nasty, SessionID: nasty, PersonalityID: nasty,
 			Tool: nasty, Decision: nasty, Denials: []string{nasty, "", nasty}, Code: wire.Code(nasty), WorkerID: nasty, ArgsSHA256: nasty, BlobSHA256: nasty}},
+		{"approval without by and reason", with(func(r *protocol.AuditRecord) { r.Approval = &wire.ApprovalStamp{Decision: "expired", At: when} })},
+		{"approval with nasty strings", with(func(r *protocol.AuditRecord) {
+			r.Approval = &wire.ApprovalStamp{Decision: nasty, By: nasty, At: when, ArgsSHA256: nasty, Reason: nasty}
+		})},
+		{"approval time year 10000", with(func(r *protocol.AuditRecord) {
+			r.Approval = &wire.ApprovalStamp{Decision: "denied", At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
+		})},
 		{"empty denials are left out", with(func(r *protocol.AuditRecord) { r.Denials = []string{} })},
 		{"nil denials are left out", with(func(r *protocol.AuditRecord) { r.Denials = nil })},
 		{"one empty denial", with(func(r *protocol.AuditRecord) { r.Denials = []string{""} })},

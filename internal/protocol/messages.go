@@ -162,6 +162,25 @@ func EncodeAuditRecord(dst []byte, rec *AuditRecord) ([]byte, error) {
 		dst = append(dst, `,"blob_sha256":`...)
 		dst = jsonenc.AppendString(dst, rec.BlobSHA256)
 	}
+	if a := rec.Approval; a != nil {
+		dst = append(dst, `,"approval":{"decision":`...)
+		dst = jsonenc.AppendString(dst, a.Decision)
+		if a.By != "" {
+			dst = append(dst, `,"by":`...)
+			dst = jsonenc.AppendString(dst, a.By)
+		}
+		dst = append(dst, `,"at":`...)
+		if dst, err = jsonenc.AppendTime(dst, a.At); err != nil {
+			return dst[:n0], err
+		}
+		dst = append(dst, `,"args_sha256":`...)
+		dst = jsonenc.AppendString(dst, a.ArgsSHA256)
+		if a.Reason != "" {
+			dst = append(dst, `,"reason":`...)
+			dst = jsonenc.AppendString(dst, a.Reason)
+		}
+		dst = append(dst, '}')
+	}
 	return append(dst, '}', '\n'), nil
 }
 
@@ -189,6 +208,10 @@ func auditSizeHint(rec *AuditRecord) int {
 	}
 	if rec.BlobSHA256 != "" {
 		n += len(`,"blob_sha256":""`) + len(rec.BlobSHA256)
+	}
+	if a := rec.Approval; a != nil {
+		n += len(`,"approval":{"decision":"","by":"","at":"2006-01-02T15:04:05.999999999-07:00","args_sha256":"","reason":""}`) +
+			len(a.Decision) + len(a.By) + len(a.ArgsSHA256) + len(a.Reason)
 	}
 	for _, v := range [...]int64{int64(rec.DenialsOmitted), int64(rec.Deliveries), int64(rec.ResultBytes), rec.BlobBytes} {
 		if v != 0 {
