@@ -10,6 +10,7 @@ import (
 	"github.com/capstanhq/capstan/internal/ratelimit"
 	"github.com/capstanhq/capstan/internal/scoped/process"
 	"github.com/capstanhq/capstan/internal/shape"
+	"github.com/capstanhq/capstan/worker/internal/approvals"
 	"github.com/capstanhq/capstan/worker/internal/callexec"
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 	"github.com/capstanhq/capstan/worker/internal/catalog"
@@ -209,6 +210,9 @@ func (w *Worker) listen(ctx, startCtx context.Context, undo *cleanup) (*sched.Sc
 		w.schedPolicy(w.cfg.DefaultPersonality).MaxConcurrency); err != nil {
 		return nil, err
 	}
+	if err := w.listenApprovals(ctx, startCtx, undo); err != nil {
+		return nil, err
+	}
 	w.timing = bus.Timing{AckWait: w.cfg.AckWait}
 	w.exec = callexec.New(w.execDeps())
 	sc := w.scheduler()
@@ -243,7 +247,8 @@ func (w *Worker) execDeps() callexec.Deps {
 			RetryLimit: w.retryLimit},
 		Names: w.names, Bus: w.conn, Tools: &w.tools, MCP: w.mcp, Policies: w.policies, Disk: w.disk, Limiter: w.limiter,
 		Book: w.inflight, Leases: leases, Timing: w.timing, Audits: &w.audits, Failures: w.kv.failures,
-		Backends: w.accessorBackends(), Secrets: w.secrets, NetworkRefused: w.procCfg.NetworkRefused,
+		Approvals: approvals.Store{KV: w.kv.approvals},
+		Backends:  w.accessorBackends(), Secrets: w.secrets, NetworkRefused: w.procCfg.NetworkRefused,
 		Obs: w.obs, Reducers: w.reducers, Creds: w.creds, Runners: w.runners, Log: w.log,
 		ExecBase: w.execBase, Ops: w.ops, SendResult: w.sendResult, BlobsOn: w.blobsOn.Load,
 		ReleaseSlot: func() { <-w.slots }, Finished: w.calls.Done,
@@ -363,6 +368,7 @@ func (w *Worker) openBuckets(ctx context.Context) error {
 		{&w.kv.personalities, bus.Personalities}, {&w.kv.tools, bus.Tools}, {&w.kv.cancels, bus.Cancels},
 		{&w.kv.leases, bus.Leases}, {&w.kv.workers, bus.Workers},
 		{&w.kv.ratelimits, bus.RateLimits}, {&w.kv.failures, bus.Failures}, {&w.kv.storage, bus.Storage}, {&w.kv.reads, bus.ReadRecords},
+		{&w.kv.approvals, bus.Approvals},
 	} {
 		kv, err := w.conn.KV(ctx, b.id)
 		if err != nil {

@@ -99,7 +99,7 @@ type Worker struct {
 }
 
 type buckets struct {
-	personalities, tools, cancels, leases, workers, ratelimits, failures, storage, reads *bus.KV
+	personalities, tools, cancels, leases, workers, ratelimits, failures, storage, reads, approvals *bus.KV
 }
 
 // New checks cfg and the tools and returns a worker ready to Run. Tools not

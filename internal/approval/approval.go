@@ -135,16 +135,3 @@ type Reply struct {
 	By       string    `json:"by,omitempty"`
 	At       time.Time `json:"at,omitzero"`
 }
-
-// FormatTimeout prints a duration the way people write it: 1h, 1h30m,
-// 90s as 1m30s, 2s (Go's form without its zero units).
-func FormatTimeout(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}

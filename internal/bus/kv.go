@@ -224,7 +224,15 @@ func (k *KV) Keys(ctx context.Context) ([]string, error) {
 // ends or stop is called. It returns once the current values have been passed
 // to fn. fn runs on one goroutine.
 func (k *KV) Watch(ctx context.Context, fn func(Entry)) (stop func(), err error) {
-	w, err := k.kv.WatchAll(ctx)
+	return k.WatchKeys(ctx, []string{">"}, fn)
+}
+
+// WatchKeys is Watch of the keys matching one of patterns (NATS wildcards
+// over the key's dot-separated tokens).
+func (k *KV) WatchKeys(ctx context.Context, patterns []string, fn func(Entry)) (stop func(), err error) {
+	// Not under den.guard: the watcher lives as long as ctx, and a
+	// guard's context ends with the call.
+	w, err := k.kv.WatchFiltered(ctx, patterns)
 	if err != nil {
 		return nil, fmt.Errorf("bus: watch %s: %w", k.kv.Bucket(), err)
 	}
@@ -273,4 +281,30 @@ func (k *KV) Watch(ctx context.Context, fn func(Entry)) (stop func(), err error)
 			<-done
 		})
 	}, nil
+}
+
+// Scan returns the current values of the keys matching one of patterns
+// (NATS wildcards over the key's tokens), read once; deleted keys are left
+// out.
+func (k *KV) Scan(ctx context.Context, patterns []string) ([]Entry, error) {
+	w, err := k.kv.WatchFiltered(ctx, patterns, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("bus: scan %s: %w", k.kv.Bucket(), err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []Entry
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bus: scan %s: %w", k.kv.Bucket(), ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return out, nil
+			}
+			if e == nil {
+				return out, nil
+			}
+			out = append(out, Entry{Key: e.Key(), Value: e.Value(), Revision: e.Revision(), Created: e.Created()})
+		}
+	}
 }

@@ -83,6 +83,9 @@ const (
 	Storage
 	// ReadRecords holds STALE_WRITE read records: (session, path) → mtime.
 	ReadRecords
+	// Approvals holds the calls held for approval and their decisions
+	// (docs/approvals.md).
+	Approvals
 )
 
 func (c *Conn) bucketConfig(b Bucket) jetstream.KeyValueConfig {
@@ -111,6 +114,8 @@ func (c *Conn) bucketConfig(b Bucket) jetstream.KeyValueConfig {
 		return jetstream.KeyValueConfig{Bucket: n.Prefix() + "_storage", Description: "Capstan scoped tool storage", History: 1, LimitMarkerTTL: StorageMarkerTTL, Storage: jetstream.FileStorage, Replicas: r}
 	case ReadRecords:
 		return jetstream.KeyValueConfig{Bucket: n.Prefix() + "_reads", Description: "Capstan STALE_WRITE read records", History: 1, TTL: RecordTTL, Storage: jetstream.FileStorage, Replicas: r}
+	case Approvals:
+		return jetstream.KeyValueConfig{Bucket: n.ApprovalsBucket(), Description: "Capstan calls held for approval and their decisions", History: 1, TTL: ApprovalTTL, Storage: jetstream.FileStorage, Replicas: r}
 	}
 	panic(fmt.Sprintf("bus: unknown bucket %d", b))
 }
@@ -124,7 +129,7 @@ func maxDeliveriesSubject(stream, consumer string) string {
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + "." + consumer
 }
 
-var allBuckets = []Bucket{Personalities, Tools, Cancels, Completions, Leases, Workers, RateLimits, Failures, Storage, ReadRecords}
+var allBuckets = []Bucket{Personalities, Tools, Cancels, Completions, Leases, Workers, RateLimits, Failures, Storage, ReadRecords, Approvals}
 
 // versionMetadata is the metadata that marks a stream or consumer as created
 // (or migrated) for this protocol version.

@@ -106,3 +106,7 @@ func DecidedCallMsgID(call string) string { return call + ".decided" }
 
 // ApprovalAuditMsgID is the Nats-Msg-Id of a decision's audit record.
 func ApprovalAuditMsgID(call string) string { return call + ".approval" }
+
+// ProgressKindApprovalRequired is the kind of a held call's progress event
+// (wire.ProgressKindApprovalRequired).
+const ProgressKindApprovalRequired = wire.ProgressKindApprovalRequired

@@ -94,6 +94,11 @@ const (
 	MetricPublishFailures  = "capstan.publish.failures"
 	MetricBlobs            = "capstan.blobs"
 	MetricBlobBytes        = "capstan.blob.bytes"
+	// MetricApprovalsHeld and MetricApprovalDecision are docs/approvals.md's:
+	// the calls held for approval, and how long a held call waited for its
+	// decision, by decision.
+	MetricApprovalsHeld    = "capstan.approvals.held"
+	MetricApprovalDecision = "capstan.approval.decision.duration"
 )
 
 // DurationBuckets are the bucket bounds, in seconds, of call duration

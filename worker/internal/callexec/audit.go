@@ -72,7 +72,7 @@ func (s *Services) auditRecord(call *protocol.Call, o outcome, deliveries int) (
 		PersonalityID: call.PersonalityID, Tool: call.Tool, Decision: o.decision,
 		Denials: o.denials, OK: o.result.OK, Code: o.result.Code, DurationMS: o.result.DurationMS,
 		WorkerID: s.cfg.WorkerID, Deliveries: deliveries, ArgsSHA256: hex.EncodeToString(sum[:]), ArgsBytes: len(call.Args),
-		ResultBytes: o.bytes,
+		ResultBytes: o.bytes, Approval: o.approval,
 	}
 	if b := o.result.Blob; b != nil {
 		rec.BlobBytes, rec.BlobSHA256 = b.Size, b.SHA256

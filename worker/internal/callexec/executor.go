@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/approval"
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/telemetry"
@@ -43,6 +44,9 @@ type Executor struct {
 	// lease is the call's fenced lease, nil for a call of a tool that is
 	// not exclusive (a nil lease holds nothing and is never lost).
 	lease *lease.Lease
+	// decision is the stored decision of a call re-published once decided
+	// (readDecision), nil before it is read or for none.
+	decision *approval.Decision
 	// detached: the audit log finishes the delivery (complete): it acks
 	// the call, or hands it back, once the audit record is stored or
 	// cannot be, and counts its end (Deps.Finished).
@@ -62,6 +66,11 @@ type outcome struct {
 	leaseLost bool
 	// bytes is the size of the published result's body.
 	bytes int
+	// held: the call waits for approval (or was decided already, and its
+	// re-published copy answers it): acknowledged, never answered here.
+	held bool
+	// approval is the decision of a call that was held, for its audit record.
+	approval *protocol.ApprovalStamp
 	// blob is the full output to store by reference before the result is
 	// published (planBlob), nil for none.
 	blob *blobPlan
@@ -234,6 +243,9 @@ func (e *Executor) settle(o outcome) {
 	case o.handback:
 		_ = m.Nak(0)
 		cs.Outcome = "handback"
+	case o.held:
+		s.ack(e.ctx, m, e.call.CallID)
+		cs.Outcome = "held"
 	case o.leaseLost || e.lease.IsLost():
 		s.log.WarnContext(e.ctx, "call abandoned by this worker: its lease was lost to another worker, which answers it", "call_id", e.call.CallID, "tool", e.call.Tool)
 		cs.Outcome = "lease_lost"

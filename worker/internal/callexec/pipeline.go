@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/capstanhq/capstan/internal/approval"
 	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/pipeline"
 	"github.com/capstanhq/capstan/internal/protocol"
@@ -42,10 +43,20 @@ func (e *Executor) process() outcome {
 	pctx, policy := s.obs.Phase(ctx, "policy")
 	var a admission
 	o := e.admit(pctx, call, r, &a)
+	if o.decision == "" && o.infra == nil {
+		// The approval gate comes after every other gate (approvals.md).
+		gctx, cancel := context.WithTimeout(pctx, OpTimeout)
+		o, _ = e.approvalGate(gctx, call, &a)
+		cancel()
+	}
 	if a.p != nil {
 		policy.SetAttributes(telemetry.AttrPersonality.String(a.p.ID))
 	}
-	policy.SetAttributes(telemetry.AttrDecision.String(cmp.Or(o.decision, protocol.DecisionAllowed)))
+	decision := cmp.Or(o.decision, protocol.DecisionAllowed)
+	if o.held {
+		decision = "held"
+	}
+	policy.SetAttributes(telemetry.AttrDecision.String(decision))
 	if o.infra != nil {
 		policy.SetStatus(codes.Error, "infrastructure fault")
 	}
@@ -53,10 +64,12 @@ func (e *Executor) process() outcome {
 		s.obs.Denied(pctx, policy, o.decision, string(o.result.Code))
 	}
 	policy.End()
-	if o.decision != "" || o.infra != nil {
+	if o.decision != "" || o.infra != nil || o.held {
 		return o
 	}
-	return e.runTool(ctx, call, r, a)
+	ran := e.runTool(ctx, call, r, a)
+	ran.approval = o.approval
+	return ran
 }
 
 // admit runs gates 1 to 9. It returns the refusal (or infrastructure fault)
@@ -72,6 +85,11 @@ func (e *Executor) admit(traceCtx context.Context, call *protocol.Call, r *cance
 	}
 	if call.Deadline != nil && time.Now().After(*call.Deadline) {
 		return refuse(call, protocol.DecisionDeadline, protocol.CodeExecutionFailed, "deadline exceeded before start")
+	}
+	if e.m.Header.Get(protocol.HeaderApproval) != "" {
+		if o, stop := e.readDecision(ctx, call); stop {
+			return o
+		}
 	}
 
 	// 2. Unknown tool.
@@ -102,8 +120,9 @@ func (e *Executor) admit(traceCtx context.Context, call *protocol.Call, r *cance
 	if h.Available != nil && !available(ctx, h, tc) {
 		return refuse(call, protocol.DecisionAvailable, protocol.CodeNotAvailable, "Tool "+call.Tool+" is not currently available")
 	}
-	// 7. Fleet-wide rate limit.
-	if o, stop := rateLimit(ctx, s.limiter, call, p); stop {
+	// 7. Fleet-wide rate limit (counted once for a call held for
+	// approval: when it was held, not again when approved).
+	if o, stop := rateLimit(ctx, s.limiter, call, p, e.decision); stop {
 		return o
 	}
 	// 8. Arguments; 9. capabilities: registration-time validation against
@@ -137,9 +156,9 @@ func (e *Executor) admit(traceCtx context.Context, call *protocol.Call, r *cance
 // rateLimit is gate 7, the fleet-wide rate limit of p for the call's tool:
 // stop is true with the refusal (or the infrastructure fault) when the call
 // may not run now.
-func rateLimit(ctx context.Context, limiter Limiter, call *protocol.Call, p *capability.Personality) (o outcome, stop bool) {
+func rateLimit(ctx context.Context, limiter Limiter, call *protocol.Call, p *capability.Personality, approved *approval.Decision) (o outcome, stop bool) {
 	lim, ok := p.RateLimits[call.Tool]
-	if !ok {
+	if !ok || approved != nil {
 		return outcome{}, false
 	}
 	dec, err := limiter.Allow(ctx, p.ID, call.Tool, lim.Requests, lim.Window)

@@ -178,6 +178,8 @@ type Deps struct {
 	Timing   bus.Timing
 	Audits   Audits
 	Failures Failures
+	// Approvals holds calls for approval and reads their decisions.
+	Approvals Approvals
 	// Backends are what the accessors of a call share.
 	Backends pipeline.Backends
 	// Secrets is the secrets backend (nil for none: fail closed).
@@ -222,6 +224,7 @@ type Services struct {
 	timing         bus.Timing
 	audits         Audits
 	failures       Failures
+	approvals      Approvals
 	backends       pipeline.Backends
 	secrets        secrets.Backend
 	networkRefused func() string
@@ -240,7 +243,7 @@ type Services struct {
 // New returns the services of d.
 func New(d Deps) *Services {
 	s := &Services{cfg: d.Settings, names: d.Names, bus: d.Bus, tools: d.Tools, mcp: d.MCP, policies: d.Policies, disk: d.Disk,
-		limiter: d.Limiter, book: d.Book, leases: d.Leases, timing: d.Timing, audits: d.Audits, failures: d.Failures,
+		limiter: d.Limiter, book: d.Book, leases: d.Leases, timing: d.Timing, audits: d.Audits, failures: d.Failures, approvals: d.Approvals,
 		backends: d.Backends, secrets: d.Secrets, networkRefused: d.NetworkRefused, obs: d.Obs, reducers: d.Reducers, creds: d.Creds,
 		runners: d.Runners, log: d.Log, execBase: d.ExecBase, ops: d.Ops, sendResult: d.SendResult, blobsOn: d.BlobsOn,
 		releaseSlot: d.ReleaseSlot, finished: d.Finished}
