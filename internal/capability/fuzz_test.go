@@ -1,10 +1,14 @@
 package capability
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -197,6 +201,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("id: a\nprocess: {limits: {memory: 64MiB, pids: 16, cpu: 0.5, tmp: 1MiB}}"), "")
 	f.Add([]byte("id: a\nscheduling: {priority: 1, weight: 10, max_concurrency: 4}"), "")
 	f.Add([]byte("id: a\nscheduling: {priority: 2.5, weight: '3', max_concurrency: -1, burst: true}"), "")
+	f.Add([]byte("id: a\napproval: {require: [{tool: http_request, when: {method: [POST, 1.5e3, true]}}, {tool: 'mcp__x__*'}], timeout: 90m, approvers: [oncall], self: true}"), "")
+	f.Add([]byte("id: a\napproval: {require: [{tool: 'a*b', when: {x: []}}, {}], timeout: 0s, approvers: [''], self: 1, more: 2}"), "")
 	f.Fuzz(func(t *testing.T, data []byte, home string) {
 		p, err := Parse(data, Env{Home: home})
 		p2, err2 := Parse(data, Env{Home: home})
@@ -247,5 +253,118 @@ func FuzzParse(f *testing.F) {
 		require.True(t, s.Priority >= MinPriority && s.Priority <= MaxPriority, "priority %d", s.Priority)
 		require.True(t, s.Weight >= MinWeight && s.Weight <= MaxWeight, "weight %d", s.Weight)
 		require.GreaterOrEqual(t, s.MaxConcurrency, 0)
+		if a := p.Approval; a != nil {
+			require.True(t, a.Timeout >= MinApprovalTimeout && a.Timeout <= MaxApprovalTimeout, "timeout %v", a.Timeout)
+			back, err := time.ParseDuration(FormatTimeout(a.Timeout))
+			require.NoError(t, err)
+			require.Equal(t, a.Timeout, back, "the timeout's text reads back")
+			for _, r := range a.Require {
+				require.NotEmpty(t, r.Tool)
+				require.NotContains(t, strings.TrimSuffix(r.Tool, "*"), "*")
+				require.True(t, r.When == nil || len(r.When) > 0, "an empty when is nil")
+				for _, values := range r.When {
+					require.NotEmpty(t, values)
+					for _, v := range values {
+						kind, _ := whenValue(v)
+						require.NotEqual(t, kindNone, kind, "every when value compares")
+					}
+				}
+			}
+			for _, name := range a.Approvers {
+				require.NotEmpty(t, strings.TrimSpace(name))
+			}
+			require.NotEmpty(t, a.String())
+		}
 	})
+}
+
+// fuzzApproval is the approval section FuzzApprovalNeeds checks calls against.
+var fuzzApproval = &Approval{Require: []ApprovalRule{
+	{Tool: "http_request", When: map[string][]any{"method": {"POST", "DELETE"}}},
+	{Tool: "mcp__github__*"},
+	{Tool: "transfer", When: map[string][]any{"amount": {json.Number("1000"), json.Number("2.5")}, "force": {true}}},
+	{Tool: "t*", When: map[string][]any{"a": {"x", json.Number("0"), false}}},
+}, Timeout: time.Hour}
+
+func FuzzApprovalNeeds(f *testing.F) {
+	seeds := []struct{ tool, args string }{
+		{"http_request", `{"method":"POST","url":"https://x"}`},
+		{"http_request", `{"method":"GET","METHOD":"POST"}`},
+		{"http_request", `{"method":"POST","method":"GET"}`},
+		{"mcp__github__x", `[]`},
+		{"transfer", `{"amount":1e3,"force":true}`},
+		{"transfer", `{"amount":0.25e1,"force":true,"amount":"x"}`},
+		{"tx", `{"a":-0.0}`},
+		{"tx", `{"a":"\u0078"}`},
+		{"t", `{"a":false} x`},
+		{"", `{}`},
+	}
+	for _, s := range seeds {
+		f.Add(s.tool, []byte(s.args))
+	}
+	f.Fuzz(func(t *testing.T, tool string, args []byte) {
+		needed, rule := fuzzApproval.Needs(tool, args)
+		again, rule2 := fuzzApproval.Needs(tool, args)
+		require.Equal(t, needed, again, "Needs is deterministic")
+		require.Equal(t, rule, rule2)
+		require.Equal(t, needed, rule >= 0)
+		require.Less(t, rule, len(fuzzApproval.Require))
+		if needed {
+			require.True(t, fuzzApproval.Require[rule].Matches(tool), "the rule that matched names the tool")
+		}
+		for i, r := range fuzzApproval.Require {
+			if r.Matches(tool) && len(r.When) == 0 {
+				require.True(t, needed, "an unconditional rule always matches its tools")
+				require.LessOrEqual(t, rule, i, "the first rule that matches is named")
+			}
+		}
+		var obj map[string]any
+		dec := json.NewDecoder(bytes.NewReader(args))
+		dec.UseNumber()
+		isObject := dec.Decode(&obj) == nil && obj != nil && !dec.More()
+		if !isObject {
+			if needed {
+				require.Empty(t, fuzzApproval.Require[rule].When, "args that are no object match only rules without when")
+			}
+			return
+		}
+		// Formatting does not change the answer.
+		var compact bytes.Buffer
+		if json.Compact(&compact, args) == nil {
+			n, r := fuzzApproval.Needs(tool, compact.Bytes())
+			require.Equal(t, needed, n)
+			require.Equal(t, rule, r)
+		}
+		// What encoding/json reads (the last occurrence, the exact name)
+		// is never let through when a rule lists it.
+		for i, r := range fuzzApproval.Require {
+			if !r.Matches(tool) || len(r.When) == 0 {
+				continue
+			}
+			all := true
+			for name, values := range r.When {
+				v, ok := obj[name]
+				if !ok || !slices.ContainsFunc(values, func(w any) bool { return oracleEqual(v, w) }) {
+					all = false
+				}
+			}
+			if all {
+				require.True(t, needed, "rule %d matches %s as encoding/json reads it", i, args)
+				require.LessOrEqual(t, rule, i)
+			}
+		}
+	})
+}
+
+// oracleEqual is a simpler equality than Needs': the same JSON type and
+// the same decoded value, numbers by text.
+func oracleEqual(got, want any) bool {
+	switch g := got.(type) {
+	case string, bool:
+		return g == want
+	case json.Number:
+		w, ok := want.(json.Number)
+		return ok && g == w
+	}
+	return false
 }

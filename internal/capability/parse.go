@@ -58,7 +58,7 @@ func (d *docParser) parse(data []byte) *Personality {
 		return nil
 	}
 	doc, ok := d.object(root, "", "id", "toolset", "mcp_servers", "plugins", "permissions",
-		"fs_reach", "safety", "secrets", "process", "scheduling", "rate_limits", "budget")
+		"fs_reach", "safety", "secrets", "process", "scheduling", "approval", "rate_limits", "budget")
 	if !ok {
 		return nil
 	}
@@ -80,6 +80,7 @@ func (d *docParser) parse(data []byte) *Personality {
 	p.Secrets, p.SendTo = d.secrets(doc)
 	p.Process, p.ProcessLimits = d.process(doc)
 	p.Scheduling = d.scheduling(doc)
+	p.Approval = d.approval(doc)
 	d.rateLimits(doc, p)
 	if v, ok := field(doc, "budget"); ok {
 		if b, ok := d.object(v, "budget", "result_chars", "blobs"); ok {

@@ -68,6 +68,9 @@ type Personality struct {
 	// max_concurrency, with the defaults (DefaultScheduling) for what the
 	// document does not set.
 	Scheduling Scheduling
+	// Approval is the approval section: which calls a person must approve
+	// before they run (Approval.Needs); nil when the document has none.
+	Approval *Approval
 	// RateLimits maps a tool name to its fleet-wide rate limit.
 	RateLimits map[string]RateLimit
 	// BudgetChars is budget.result_chars, DefaultBudgetChars when absent.

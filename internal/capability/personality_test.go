@@ -26,6 +26,10 @@ safety:
 secrets: {allow: ["providers/github/*"]}
 process: {allow: [git, ls], limits: {memory: 512MiB, pids: 128, cpu: 1.5, tmp: 64MiB}}
 scheduling: {priority: 2, weight: 5, max_concurrency: 8}
+approval:
+  require: [{tool: http_request, when: {method: [POST, DELETE]}}, {tool: "mcp__github__*"}]
+  timeout: 30m
+  approvers: [oncall]
 rate_limits:
   fetch_url: {requests: 100, window: 1h}
   terminal: {requests: 5, window: 7d}
@@ -52,6 +56,11 @@ func TestParseFullDocument(t *testing.T) {
 		Process:       &Ceiling{Allow: []string{"git", "ls"}},
 		ProcessLimits: ProcessLimits{MemoryBytes: 512 << 20, MemoryText: "512MiB", Pids: 128, CPU: 1.5, TmpBytes: 64 << 20, TmpText: "64MiB"},
 		Scheduling:    Scheduling{Priority: 2, Weight: 5, MaxConcurrency: 8},
+		Approval: &Approval{
+			Require:   []ApprovalRule{{Tool: "http_request", When: map[string][]any{"method": {"POST", "DELETE"}}}, {Tool: "mcp__github__*"}},
+			Timeout:   30 * time.Minute,
+			Approvers: []string{"oncall"},
+		},
 		RateLimits: map[string]RateLimit{
 			"fetch_url": {Requests: 100, Window: time.Hour, WindowText: "1h"},
 			"terminal":  {Requests: 5, Window: 7 * 24 * time.Hour, WindowText: "7d"},

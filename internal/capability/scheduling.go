@@ -2,9 +2,7 @@ package capability
 
 import (
 	"encoding/json"
-	"maps"
 	"math"
-	"slices"
 )
 
 // Scheduling is a personality's scheduling section (docs/capabilities.md,
@@ -90,11 +88,7 @@ func (d *docParser) scheduling(doc map[string]any) Scheduling {
 		d.addf("scheduling", "must be a mapping")
 		return s
 	}
-	for _, k := range slices.Sorted(maps.Keys(obj)) {
-		if !slices.Contains(schedulingKeys, k) {
-			d.addf(join("scheduling", k), msgUnknownKey)
-		}
-	}
+	d.unknownKeys(obj, "scheduling", schedulingKeys)
 	for _, f := range []struct {
 		key      string
 		min, max int64
