@@ -57,6 +57,9 @@ process:
   allow: [git, ls]
   limits: {memory: 512MiB, pids: 64, cpu: 1.5}
 scheduling: {priority: 1, weight: 10, max_concurrency: 4}
+approval:
+  require: [{tool: gh, when: {method: [POST, DELETE]}}, {tool: runner}]
+  approvers: [oncall]
 rate_limits:
   gh: {requests: 100, window: 1h}
 budget: {result_chars: 50000, blobs: false}
@@ -79,6 +82,7 @@ gh: allowed
   send_to        http/openai -> api.openai.com
                  providers/github/* -> api.github.com
   rate limit     100 calls per 1h (fleet-wide)
+  approval       required when method is POST or DELETE (timeout 1h, approvers oncall)
   scheduling     priority 1, weight 10, max_concurrency 4
   result budget  20000 chars (personality 50000, tool at most 20000)
   blobs          forbidden by the personality (budget.blobs: false)
@@ -95,6 +99,7 @@ runner: allowed
   working dir     /srv/agents/researcher
   binaries        git, ls
   process limits  memory 512MiB, pids 64, cpu 1.5, tmp 256MiB
+  approval        required (timeout 1h, approvers oncall)
   scheduling      priority 1, weight 10, max_concurrency 4
   result budget   50000 chars (personality 50000)
   blobs           forbidden by the personality (budget.blobs: false)
@@ -160,8 +165,20 @@ func TestExplainCommand(t *testing.T) {
 			"network": null, "fs_reach": null, "secrets": null, "process": null,
 			"storage": {"kind": "kv", "scope": "session", "scope_id": "session:<session_id>", "ttl_seconds_default": 0},
 			"rate_limit": null,
+			"approval": null,
 			"scheduling": {"priority": 1, "weight": 10, "max_concurrency": 4},
 			"budget": {"result_chars": 50000, "personality_result_chars": 50000, "tool_max_result_chars": 0, "blobs_allowed": false}}}]`, stdout)
+		code, stdout, stderr = runT(t, env, "", "explain", "gh", "--json", "--personality", "researcher")
+		require.Equal(t, exitOK, code, stderr)
+		var gh []struct {
+			Grant struct {
+				Approval json.RawMessage `json:"approval"`
+			} `json:"grant"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &gh))
+		require.Len(t, gh, 1)
+		require.JSONEq(t, `{"required": "when", "when": [{"method": ["POST", "DELETE"]}], "timeout": "1h", "approvers": ["oncall"], "self": false}`,
+			string(gh[0].Grant.Approval))
 		code, stdout, _ = runT(t, env, "", "explain", "weather", "--json", "--personality", "researcher")
 		require.Equal(t, exitOK, code)
 		require.JSONEq(t, `[{"tool": "weather", "allowed": false, "gate": "permission",

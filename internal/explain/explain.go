@@ -48,6 +48,10 @@ type GrantView struct {
 	Process   *ProcessView   `json:"process"`
 	Storage   *StorageView   `json:"storage"`
 	RateLimit *RateLimitView `json:"rate_limit"`
+	// Approval is what the personality's approval section asks of a call
+	// of the tool (docs/approvals.md); nil when no call of it ever waits
+	// for a decision.
+	Approval *ApprovalView `json:"approval"`
 	// Scheduling is the personality's scheduling section, the same for
 	// every tool: which of its waiting calls takes the next free slot.
 	Scheduling SchedulingView `json:"scheduling"`
@@ -232,6 +236,7 @@ func describeGrant(t *tool.Tool, p *capability.Personality, g *capability.Grant)
 	if lim, ok := p.RateLimits[t.Name]; ok {
 		v.RateLimit = &RateLimitView{Requests: lim.Requests, Window: lim.WindowText, WindowSeconds: int64(lim.Window.Seconds())}
 	}
+	v.Approval = Approval(p, t.Name)
 	v.Scheduling = Scheduling(p)
 	// As the worker gives a call without result_budget_chars its budget
 	// (toolContext) and trims its result (shapeResult).

@@ -1,6 +1,7 @@
 package explain
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -37,6 +38,13 @@ process:
 rate_limits:
   gh: {requests: 100, window: 1h}
 scheduling: {priority: 2, weight: 5, max_concurrency: 4}
+approval:
+  require:
+    - tool: gh
+      when: {method: [POST, DELETE]}
+    - tool: "mcp__github__*"
+  timeout: 90m
+  approvers: [oncall]
 budget: {result_chars: 50000}
 `
 
@@ -45,6 +53,13 @@ budget: {result_chars: 50000}
 var (
 	researcherScheduling = SchedulingView{Priority: 2, Weight: 5, MaxConcurrency: 4}
 	defaultScheduling    = SchedulingView{Priority: 3, Weight: 1, MaxConcurrency: 0}
+)
+
+// The approval views of researcherDoc's tools gh and mcp__github__*.
+var (
+	ghApproval = &ApprovalView{Required: "when", When: []map[string][]any{{"method": {"POST", "DELETE"}}},
+		Timeout: "1h30m", Approvers: []string{"oncall"}}
+	githubApproval = &ApprovalView{Required: "always", Timeout: "1h30m", Approvers: []string{"oncall"}}
 )
 
 func parsePersonality(t *testing.T, doc string) *capability.Personality {
@@ -78,6 +93,7 @@ func TestExplainTool(t *testing.T) {
 					SendTo: map[string][]string{"providers/github/*": {"api.github.com"}, "http/openai": {"api.openai.com"}},
 				},
 				RateLimit:  &RateLimitView{Requests: 100, Window: "1h", WindowSeconds: 3600},
+				Approval:   ghApproval,
 				Budget:     BudgetView{ResultChars: 20000, PersonalityResultChars: 50000, ToolMaxResultChars: 20000, BlobsAllowed: true},
 				Scheduling: researcherScheduling,
 			}}},
@@ -146,6 +162,7 @@ func TestExplainTool(t *testing.T) {
 			tool: &tool.Tool{Name: "mcp__github__search", Capabilities: tool.Capabilities{Network: &tool.Network{AllowedHosts: []string{"api.github.com"}}}},
 			want: Explanation{Tool: "mcp__github__search", Allowed: true, Grant: &GrantView{
 				Network:    &NetworkView{Hosts: []string{"api.github.com"}, Deny: []string{"gist.github.com"}},
+				Approval:   githubApproval,
 				Budget:     BudgetView{ResultChars: 50000, PersonalityResultChars: 50000, BlobsAllowed: true},
 				Scheduling: researcherScheduling,
 			}}},
@@ -241,6 +258,7 @@ func requireWorkerGrant(t *testing.T, tl *tool.Tool, p *capability.Personality, 
 		l := g.Process.Limits.WithDefaults()
 		require.Equal(t, ProcessLimitsView{Memory: l.MemoryText, MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPU: l.CPU, Tmp: l.TmpText, TmpBytes: l.TmpBytes}, v.Process.Limits)
 	}
+	requireWorkerApproval(t, tl.Name, p, v.Approval)
 	s := p.Scheduling.WithDefaults()
 	require.Equal(t, SchedulingView{Priority: s.Priority, Weight: s.Weight, MaxConcurrency: s.MaxConcurrency}, v.Scheduling)
 	require.Equal(t, g.Storage == nil, v.Storage == nil)
@@ -285,6 +303,9 @@ process:
   limits: {memory: 256MiB, pids: 32}
 rate_limits:
   fetch_url: {requests: 10, window: 1m}
+approval:
+  require: [{tool: http_request, when: {method: [POST, PUT]}}, {tool: run_process}]
+  self: true
 `)
 	allowed := 0
 	for _, bt := range builtin.All() {
@@ -326,4 +347,46 @@ secrets:
 	require.Equal(t, []string{"api.githubcopilot.com"}, got.Grant.Network.Hosts)
 	require.Equal(t, &SecretsView{Refs: []string{"providers/github/token"}, Raw: []string{},
 		SendTo: map[string][]string{"providers/github/token": {"api.githubcopilot.com"}}}, got.Grant.Secrets)
+}
+
+// requireWorkerApproval checks an approval view against what the worker's
+// gate asks (capability.Approval.Needs): no call waits under a nil view;
+// every call waits under "always"; under "when", a call with no arguments
+// does not wait and a call carrying the first values of one of the
+// conditions does.
+func requireWorkerApproval(t *testing.T, tl string, p *capability.Personality, v *ApprovalView) {
+	t.Helper()
+	needed, _ := p.Approval.Needs(tl, json.RawMessage(`{}`))
+	if v == nil {
+		require.False(t, needed, "no approval shown for %s, so none needed", tl)
+		if p.Approval != nil {
+			for _, r := range p.Approval.Require {
+				require.False(t, r.Matches(tl))
+			}
+		}
+		return
+	}
+	require.Equal(t, capability.FormatTimeout(p.Approval.TimeoutOrDefault()), v.Timeout)
+	require.Equal(t, p.Approval.Self, v.Self)
+	require.ElementsMatch(t, p.Approval.Approvers, v.Approvers)
+	switch v.Required {
+	case ApprovalAlways:
+		require.Empty(t, v.When)
+		require.True(t, needed, "%s always needs approval", tl)
+	case ApprovalWhen:
+		require.NotEmpty(t, v.When)
+		require.False(t, needed, "%s without arguments needs no approval", tl)
+		for _, w := range v.When {
+			args := map[string]any{}
+			for name, values := range w {
+				args[name] = values[0]
+			}
+			b, err := json.Marshal(args)
+			require.NoError(t, err)
+			needed, _ := p.Approval.Needs(tl, b)
+			require.True(t, needed, "%s with %s needs approval", tl, b)
+		}
+	default:
+		t.Fatalf("approval.required %q", v.Required)
+	}
 }

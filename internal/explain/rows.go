@@ -61,6 +61,9 @@ func Rows(g *GrantView) [][2]string {
 	if r := g.RateLimit; r != nil {
 		add("rate limit", fmt.Sprintf("%d calls per %s (fleet-wide)", r.Requests, r.Window))
 	}
+	if a := g.Approval; a != nil {
+		add("approval", a.String())
+	}
 	add("scheduling", g.Scheduling.String())
 	b := g.Budget
 	budget := fmt.Sprintf("%d chars (personality %d", b.ResultChars, b.PersonalityResultChars)
