@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -176,4 +178,47 @@ func TestApproverName(t *testing.T) {
 			require.Equal(t, tc.want, a.approverName())
 		})
 	}
+}
+
+// TestLocalModeStoryTwoTerminals is the README's story in local mode: one
+// dispatcher's call is held; a second dispatcher on the same data dir joins
+// the first one's server and pool, lists and approves it.
+func TestLocalModeStoryTwoTerminals(t *testing.T) {
+	t.Parallel()
+	dataDir, personalities := t.TempDir(), t.TempDir()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "examples", "personalities", "payments.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(personalities, "payments.yaml"), doc, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(personalities, "default.yaml"), []byte("id: default\n"), 0o600))
+	env := map[string]string{"CAPSTAN_DATA_DIR": dataDir, "CAPSTAN_CONCURRENCY": "4", "CAPSTAN_PERSONALITIES_DIR": personalities}
+	noServer := func(a *app) { a.probeURL = "nats://127.0.0.1:1" }
+	type out struct {
+		code           int
+		stdout, stderr string
+	}
+	first := make(chan out, 1)
+	go func() {
+		code, stdout, stderr := runApp(t, ctxT(t), noServer, env, "", "call", "echo", "--personality", "payments", "--timeout", "5m",
+			"--args", `{"text":"refund order 1234"}`)
+		first <- out{code, stdout, stderr}
+	}()
+	var holds []map[string]any
+	var stderr string
+	require.Eventually(t, func() bool {
+		var code int
+		var stdout string
+		code, stdout, stderr = runApp(t, ctxT(t), noServer, env, "", "approvals", "list", "--json")
+		holds = nil
+		return code == exitOK && json.Unmarshal([]byte(stdout), &holds) == nil && len(holds) == 1
+	}, 60*time.Second, 100*time.Millisecond)
+	require.Contains(t, stderr, "capstan: local mode: joined the embedded server and pool of another dispatcher using "+dataDir)
+	code, stdout, stderr := runApp(t, ctxT(t), noServer, env, "", "approvals", "approve", holds[0]["call_id"].(string),
+		"--sha256", holds[0]["args_sha256"].(string))
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "approved call ")
+	got := <-first
+	require.Equal(t, exitOK, got.code, got.stderr)
+	require.Equal(t, "refund order 1234\n", got.stdout)
+	_, err = os.Stat(filepath.Join(dataDir, localURLFile))
+	require.True(t, os.IsNotExist(err), "the first dispatcher removes its URL file when it stops")
 }
