@@ -192,6 +192,14 @@ func TestApprovalDecisionsThatEndAHeldCall(t *testing.T) {
 	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
 	require.Equal(t, "deadline exceeded before start", r.Error)
 
+	// So does a deadline.
+	soon := time.Now().Add(time.Second)
+	e.call(protocol.Call{CallID: "t2", Tool: "echo", PersonalityID: "ops", Deadline: &soon, Args: json.RawMessage(`{"text":"pay"}`)})
+	r = e.result("t2", "t2")
+	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
+	require.Equal(t, "deadline exceeded before start", r.Error)
+	notHeld(t, c, "t2")
+
 	// Not held at all.
 	_, err = c.Approve(ctxT(t), "nope", "x", "", "bob")
 	require.Equal(t, "no held call nope", refusal(t, err))

@@ -64,7 +64,7 @@ func TestExamplePersonalitiesAreValid(t *testing.T) {
 	require.NoError(t, err)
 	keys, err := kv.Keys(ctxT(t))
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"batch", "coder", "default", "interactive", "researcher"}, keys)
+	require.ElementsMatch(t, []string{"batch", "coder", "default", "interactive", "payments", "researcher"}, keys)
 	e.call(protocol.Call{CallID: "ex", Tool: "echo", PersonalityID: "researcher", Args: json.RawMessage(`{"text":"ok"}`)})
 	require.Equal(t, "ok", e.result("ex", "ex").Value)
 }
