@@ -84,6 +84,13 @@ func (a *app) cmdCall(ctx context.Context, args []string) int {
 		}
 		defer stop()
 	}
+	if !call.DryRun {
+		// A call held for approval says so, and how to approve it
+		// (docs/approvals.md); a user that may not read progress just waits.
+		if stop, err := a.holdNotice(ctx, c, call.CallID, cmp.Or(call.BatchID, call.CallID)); err == nil {
+			defer stop()
+		}
+	}
 	if err := c.Submit(ctx, &call); err != nil {
 		var re *client.RefusedError
 		if errors.As(err, &re) {
@@ -151,6 +158,18 @@ func (a *app) follow(ctx context.Context, c *client.Client, callID, batchID stri
 		}
 	})
 	return events, stop, err
+}
+
+// holdNotice prints on stderr, when the call is held for approval, its
+// hash and the command that approves it.
+func (a *app) holdNotice(ctx context.Context, c *client.Client, callID, batchID string) (stop func(), err error) {
+	return c.Progress(ctx, protocol.AudienceUser, batchID, false, func(p client.Progress) {
+		if p.CallID != callID || p.Kind != protocol.ProgressKindApprovalRequired || p.Approval == nil {
+			return
+		}
+		fmt.Fprintf(a.stderr, "call %s is held for approval until %s (args_sha256 %s); to approve it:\n  dispatcher approvals approve %s --sha256 %s\n",
+			callID, p.Approval.ExpiresAt.Format(time.RFC3339), p.Approval.ArgsSHA256, callID, p.Approval.ArgsSHA256)
+	})
 }
 
 // drain waits until no event arrived for followQuiet, at most followMax.

@@ -34,6 +34,7 @@ type Config struct {
 	Tools              []string      `env:"CAPSTAN_TOOLS" help:"local mode: comma-separated tools hosted (default all built-ins)"`
 	LogLevel           string        `env:"CAPSTAN_LOG_LEVEL" help:"local mode and mcp: debug, info, warn or error (default warn; info logs every MCP call)"`
 	LogFormat          string        `env:"CAPSTAN_LOG_FORMAT" help:"local mode and mcp: text or json (default text on a TTY, else json)"`
+	ApproverName       string        `env:"CAPSTAN_APPROVER_NAME" help:"approvals approve and deny: the decider's name recorded with the decision (default: the NATS user, else local)"`
 }
 
 // loadConfig reads Config through getenv (an empty value counts as unset)

@@ -187,21 +187,30 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("local mode: CAPSTAN_DATA_DIR: %w", err)
 	}
+	unlock, err := lockLocal(dataDir)
+	if errors.Is(err, errLocalBusy) {
+		return a.joinLocal(ctx, cfg, dataDir)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("local mode: lock %s: %w", dataDir, err)
+	}
 	srv, err := embedded.Start(embedded.Config{DataDir: dataDir, Port: -1})
 	if err != nil {
+		unlock()
 		return nil, nil, fmt.Errorf("local mode: %w", err)
 	}
+	stopSrv := func() { srv.Shutdown(); unlock() }
 	var seeded string
 	if cfg.PersonalitiesDir == "" {
 		if seeded, err = seedDefaultPersonality(ctx, cfg, srv.ClientURL(), srv.CredsFile()); err != nil {
-			srv.Shutdown()
+			stopSrv()
 			return nil, nil, fmt.Errorf("local mode: %w", err)
 		}
 	}
 	level, _ := cfg.slogLevel() // checked by loadConfig
 	poolLog, closeLog, err := a.poolLogger(cfg, dataDir, level)
 	if err != nil {
-		srv.Shutdown()
+		stopSrv()
 		return nil, nil, fmt.Errorf("local mode: %w", err)
 	}
 	w, err := worker.New(worker.Config{
@@ -222,7 +231,7 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 		MeterProvider:      a.tel.MeterProvider,
 	}, builtin.All()...)
 	if err != nil {
-		srv.Shutdown()
+		stopSrv()
 		closeLog()
 		return nil, nil, fmt.Errorf("local mode: worker pool: %w", err)
 	}
@@ -235,14 +244,14 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 	stopPool := func() {
 		stopWorker()
 		<-runErr
-		srv.Shutdown()
+		stopSrv()
 		closeLog()
 	}
 	select {
 	case <-w.Ready():
 	case err := <-runErr:
 		stopWorker()
-		srv.Shutdown()
+		stopSrv()
 		closeLog()
 		if err == nil {
 			err = errors.New("stopped before it was ready")
@@ -251,6 +260,10 @@ func (a *app) localMode(ctx context.Context, cfg Config) (*client.Client, func()
 	case <-ctx.Done():
 		stopPool()
 		return nil, nil, fmt.Errorf("local mode: %w", ctx.Err())
+	}
+	if err := writeLocalURL(dataDir, srv.ClientURL()); err != nil {
+		stopPool()
+		return nil, nil, fmt.Errorf("local mode: %w", err)
 	}
 	logs := "its logs: " + filepath.Join(dataDir, poolLogFile) + "; --pool-logs shows them here"
 	if a.poolLogs {

@@ -118,6 +118,8 @@ func commands() []command {
 			"print progress events as JSON lines until interrupted", (*app).cmdProgress},
 		{"dlq", "list | show <call_id> | redrive <call_id> [--json]",
 			"inspect dead letters; redrive re-publishes a call so every gate runs again", (*app).cmdDLQ},
+		{"approvals", "list [--personality id] [--json] | approve <call_id> --sha256 <hash> [--reason r] | deny <call_id> --reason r",
+			"calls held for a person's approval: list the pending ones, approve one (bound to its arguments' hash) or deny it (docs/approvals.md)", (*app).cmdApprovals},
 		{"console", "[--addr 127.0.0.1:8480] [--tokens file] [--trace-url url]",
 			"serve the operator console: live pool, calls, explain, dead letters (docs/console.md)", (*app).cmdConsole},
 		{"help", "", "print this help", nil},
