@@ -107,6 +107,18 @@ func TestApproverDecidesHeldCalls(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, holds, 1)
 	require.Equal(t, "ap1", holds[0].CallID)
+	// Its approval_required event, as a backend reads progress.
+	events := make(chan client.ApprovalRequest, 8)
+	stop, err := apOps.ApprovalRequests(ctxT(t, 10*time.Second), true, func(r client.ApprovalRequest) { events <- r })
+	require.NoError(t, err)
+	defer stop()
+	select {
+	case ev := <-events:
+		require.Equal(t, "ap1", ev.CallID)
+		require.Equal(t, h.ArgsSHA256, ev.ArgsSHA256)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the approver reads no approval_required event")
+	}
 	_, err = ap.Approve(ctxT(t, 10*time.Second), "ap1", h.ArgsSHA256, "", "bob")
 	require.Equal(t, "bob is not an approver of personality ops (approval.approvers)", refusalOf(t, err))
 	d, err := ap.Approve(ctxT(t, 10*time.Second), "ap1", h.ArgsSHA256, "checked", "alice")
