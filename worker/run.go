@@ -210,9 +210,13 @@ func (w *Worker) listen(ctx, startCtx context.Context, undo *cleanup) (*sched.Sc
 		w.schedPolicy(w.cfg.DefaultPersonality).MaxConcurrency); err != nil {
 		return nil, err
 	}
-	if err := w.listenApprovals(ctx, startCtx, undo); err != nil {
+	stopApprovals, err := approvals.Start(ctx, startCtx, approvals.Deps{Names: w.names, Conn: w.conn, Approvals: w.kv.approvals,
+		Cancels: w.kv.cancels, Policies: w.policies, WorkerID: w.cfg.WorkerID, OpCtx: w.opCtx, Log: w.log,
+		Observe: func(held func() int) (approvals.Metrics, func(), error) { return w.obs.Approvals(held) }})
+	if err != nil {
 		return nil, err
 	}
+	undo.add(stopApprovals)
 	w.timing = bus.Timing{AckWait: w.cfg.AckWait}
 	w.exec = callexec.New(w.execDeps())
 	sc := w.scheduler()

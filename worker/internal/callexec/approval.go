@@ -9,6 +9,7 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/shape"
 	"github.com/capstanhq/capstan/worker/internal/observe"
 )
 
@@ -108,7 +109,7 @@ func (e *Executor) hold(ctx context.Context, call *protocol.Call, a *admission, 
 	h := &approval.HoldRecord{
 		Hold: protocol.Hold{CallID: call.CallID, BatchID: call.EffectiveBatchID(), PersonalityID: call.PersonalityID, Tool: call.Tool,
 			ArgsSHA256: sum, HeldAt: now, ExpiresAt: now.Add(timeout),
-			Summary: protocol.ApprovalSummary{Args: s.summaryArgs(call.Args), Grant: approval.GrantSummary(a.grant)}},
+			Summary: protocol.ApprovalSummary{Args: summaryArgs(s.creds, call.Args), Grant: approval.GrantSummary(a.grant)}},
 		Subject: e.m.Subject, Call: e.m.Data, Traceparent: e.m.Header.Get(protocol.HeaderTraceparent),
 		Tracestate: e.m.Header.Get(protocol.HeaderTracestate), Deadline: holdDeadline(call, now),
 		Timeout: capability.FormatTimeout(timeout), WorkerID: s.cfg.WorkerID,
@@ -118,7 +119,7 @@ func (e *Executor) hold(ctx context.Context, call *protocol.Call, a *admission, 
 		return outcome{infra: err}, true
 	}
 	if created {
-		s.announceHold(ctx, call, h)
+		e.announceHold(ctx, call, h)
 		s.log.InfoContext(ctx, "call held for approval", "call_id", call.CallID, "tool", call.Tool,
 			"personality", call.PersonalityID, "args_sha256", sum, "expires_at", h.ExpiresAt)
 	}
@@ -145,11 +146,11 @@ func holdDeadline(call *protocol.Call, now time.Time) *time.Time {
 // summaryArgs are the arguments as an approval summary shows them: the
 // worker's own secret values redacted; JSON still, or else a JSON string
 // of the redacted text.
-func (s *Services) summaryArgs(args json.RawMessage) json.RawMessage {
+func summaryArgs(creds *shape.Redactor, args json.RawMessage) json.RawMessage {
 	if len(args) == 0 {
 		return json.RawMessage("null")
 	}
-	red := s.creds.Redact(string(args))
+	red := creds.Redact(string(args))
 	if red == string(args) || json.Valid([]byte(red)) {
 		return json.RawMessage(red)
 	}
@@ -160,7 +161,8 @@ func (s *Services) summaryArgs(args json.RawMessage) json.RawMessage {
 // announceHold publishes the approval_required event of a held call to the
 // audiences user and dashboard. A failure is logged: the hold is listed
 // whether or not anyone was told.
-func (s *Services) announceHold(ctx context.Context, call *protocol.Call, h *approval.HoldRecord) {
+func (e *Executor) announceHold(ctx context.Context, call *protocol.Call, h *approval.HoldRecord) {
+	s := e.s
 	batch := call.EffectiveBatchID()
 	for _, aud := range []protocol.Audience{protocol.AudienceUser, protocol.AudienceDashboard} {
 		subject, err := s.names.ProgressSubject(aud, call.PersonalityID, batch, call.CallID)
