@@ -31,7 +31,7 @@ import (
 // permission_denied). Not parallel: the deployment configuration takes its
 // users' passwords from the environment.
 func TestResultPublishPermissionDeniedIsDeadLetteredAtOnce(t *testing.T) {
-	for _, u := range []string{"worker", "operator", "backend", "tenant-researcher", "tenant-support"} {
+	for _, u := range []string{"worker", "operator", "backend", "approver", "tenant-researcher", "tenant-support"} {
 		t.Setenv("CAPSTAN_NATS_"+strings.ToUpper(strings.ReplaceAll(u, "-", "_"))+"_PASSWORD", u+"-test-password")
 	}
 	const adminPassword = "admin-test-password"

@@ -206,6 +206,7 @@ var tenantPasswords = map[string]string{
 	"CAPSTAN_NATS_WORKER_PASSWORD":            "worker-test-password",
 	"CAPSTAN_NATS_OPERATOR_PASSWORD":          "operator-test-password",
 	"CAPSTAN_NATS_BACKEND_PASSWORD":           "backend-test-password",
+	"CAPSTAN_NATS_APPROVER_PASSWORD":          "approver-test-password",
 	"CAPSTAN_NATS_TENANT_RESEARCHER_PASSWORD": "researcher-test-password",
 	"CAPSTAN_NATS_TENANT_SUPPORT_PASSWORD":    "support-test-password",
 }

@@ -295,7 +295,7 @@ rate_limits:
 // reads), and gets no other tenant's. Not parallel: the deployment
 // configuration takes its users' passwords from the environment.
 func TestExplainAsATenant(t *testing.T) {
-	users := []string{"worker", "operator", "backend", "tenant-researcher", "tenant-support"}
+	users := []string{"worker", "operator", "backend", "approver", "tenant-researcher", "tenant-support"}
 	for _, u := range users {
 		t.Setenv("CAPSTAN_NATS_"+strings.ToUpper(strings.ReplaceAll(u, "-", "_"))+"_PASSWORD", u+"-test-password")
 	}

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -99,10 +100,18 @@ func TestComposeFile(t *testing.T) {
 		require.Contains(t, string(read(t, filepath.Join("deploy", "nats", name+".conf"))), "\ninclude ./auth.conf\n")
 		require.NotNil(t, s.HealthCheck, "the personalities job waits for a healthy cluster")
 		require.Contains(t, strings.Join(s.HealthCheck.Test, " "), "http://127.0.0.1:8222/healthz")
-		// The dev defaults of the three passwords, for local use only.
+		// Every password auth.conf reads is in the node's environment (a
+		// server without one does not start) ...
+		vars := regexp.MustCompile(`\$(CAPSTAN_NATS_[A-Z_]+_PASSWORD)`).FindAllStringSubmatch(string(read(t, filepath.Join("deploy", "nats", "auth.conf"))), -1)
+		require.Len(t, vars, 6, "the users of auth.conf")
+		for _, v := range vars {
+			require.Contains(t, s.Environment, v[1], "%s of %s", v[1], name)
+		}
+		// ... with its dev default, for local use only.
 		require.Equal(t, "worker-dev-only", *s.Environment["CAPSTAN_NATS_WORKER_PASSWORD"])
 		require.Equal(t, "operator-dev-only", *s.Environment["CAPSTAN_NATS_OPERATOR_PASSWORD"])
 		require.Equal(t, "backend-dev-only", *s.Environment["CAPSTAN_NATS_BACKEND_PASSWORD"])
+		require.Equal(t, "approver-dev-only", *s.Environment["CAPSTAN_NATS_APPROVER_PASSWORD"])
 		require.Equal(t, "researcher-dev-only", *s.Environment["CAPSTAN_NATS_TENANT_RESEARCHER_PASSWORD"])
 		require.Equal(t, "support-dev-only", *s.Environment["CAPSTAN_NATS_TENANT_SUPPORT_PASSWORD"])
 	}
@@ -161,12 +170,14 @@ func TestComposeFile(t *testing.T) {
 func TestComposeNATSPasswordsFromTheEnvironment(t *testing.T) {
 	t.Parallel()
 	_, p := loadCompose(t, "CAPSTAN_NATS_WORKER_PASSWORD=w0rker", "CAPSTAN_NATS_OPERATOR_PASSWORD=0perator", "CAPSTAN_NATS_BACKEND_PASSWORD=backend0",
+		"CAPSTAN_NATS_APPROVER_PASSWORD=approver0",
 		"CAPSTAN_NATS_TENANT_RESEARCHER_PASSWORD=research0", "CAPSTAN_NATS_TENANT_SUPPORT_PASSWORD=support0")
 	for _, name := range []string{"nats-1", "nats-2", "nats-3"} {
 		env := p.Services[name].Environment
 		require.Equal(t, "w0rker", *env["CAPSTAN_NATS_WORKER_PASSWORD"])
 		require.Equal(t, "0perator", *env["CAPSTAN_NATS_OPERATOR_PASSWORD"])
 		require.Equal(t, "backend0", *env["CAPSTAN_NATS_BACKEND_PASSWORD"])
+		require.Equal(t, "approver0", *env["CAPSTAN_NATS_APPROVER_PASSWORD"])
 		require.Equal(t, "research0", *env["CAPSTAN_NATS_TENANT_RESEARCHER_PASSWORD"])
 		require.Equal(t, "support0", *env["CAPSTAN_NATS_TENANT_SUPPORT_PASSWORD"])
 	}

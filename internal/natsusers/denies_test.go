@@ -39,9 +39,15 @@ func subjectPatterns(v any, path string, out map[string][]string) {
 
 // wildcardProblem returns why a subject pattern uses a wildcard that NATS
 // would read as a literal ("" when every wildcard is a whole token): ">"
-// and "*" are wildcards only as a whole token, ">" only as the last one.
+// and "*" are wildcards only as a whole token, ">" only as the last one. A
+// subscribe permission may name a queue group after a space
+// ("capstan.approval.*.*.* capstan_approvals"): its subject is checked.
 func wildcardProblem(pattern string) string {
-	tokens := strings.Split(pattern, ".")
+	subject, queue, hasQueue := strings.Cut(pattern, " ")
+	if hasQueue && (queue == "" || strings.ContainsAny(queue, " *>")) {
+		return fmt.Sprintf("queue group %q is not one name", queue)
+	}
+	tokens := strings.Split(subject, ".")
 	for i, tok := range tokens {
 		switch {
 		case tok == ">" && i != len(tokens)-1:
@@ -67,6 +73,9 @@ func TestWildcardProblem(t *testing.T) {
 		{"$JS.API.STREAM.INFO.CAPSTAN_*", true},
 		{"capstan.*x.y", true},
 		{"capstan.>.call", true},
+		{"capstan.approval.*.*.* capstan_approvals", false},
+		{"capstan.approval.* capstan_*", true},
+		{"capstan.approval.*x capstan_approvals", true},
 	} {
 		require.Equal(t, tc.bad, wildcardProblem(tc.pattern) != "", tc.pattern)
 	}
@@ -140,7 +149,7 @@ func TestTenantDenyHoldsAgainstAnAddedAllow(t *testing.T) {
 	for _, stream := range []string{
 		"CAPSTAN_CALLS", "CAPSTAN_RESULTS", "CAPSTAN_PROGRESS", "CAPSTAN_DLQ", "CAPSTAN_AUDIT", "CAPSTAN_ADVISORIES",
 		"KV_capstan_personalities", "KV_capstan_cancels", "KV_capstan_completions", "KV_capstan_leases",
-		"KV_capstan_workers", "KV_capstan_failures", "OBJ_capstan_blobs",
+		"KV_capstan_workers", "KV_capstan_failures", "KV_capstan_approvals", "OBJ_capstan_blobs",
 	} {
 		raw.requireRefused(t, "$JS.API.STREAM.INFO."+stream, []byte(`{"subjects_filter":">"}`))
 	}

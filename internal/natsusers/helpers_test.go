@@ -29,6 +29,7 @@ var passwords = map[string]string{
 	"worker":   "worker-test-password",
 	"operator": "operator-test-password",
 	"backend":  "backend-test-password",
+	"approver": "approver-test-password",
 	// Tenants: one user per tenant, bound to the personality of its name.
 	"tenant-researcher": "researcher-test-password",
 	"tenant-support":    "support-test-password",
@@ -91,10 +92,14 @@ func newWorker(t *testing.T, url string, adjust func(*worker.Config), tools ...t
 }
 
 // inboxPrefix is the reply-subject prefix user may subscribe to:
-// _INBOX_<name> for a tenant-<name>, else _INBOX.
+// _INBOX_<name> for a tenant-<name>, _INBOX_approver for the approver,
+// else _INBOX.
 func inboxPrefix(user string) string {
 	if name, ok := strings.CutPrefix(user, "tenant-"); ok {
 		return "_INBOX_" + name
+	}
+	if user == "approver" {
+		return "_INBOX_approver"
 	}
 	return "_INBOX"
 }

@@ -52,8 +52,11 @@ func TestDeployNATSConfigs(t *testing.T) {
 			require.NotNil(t, u.Permissions, u.Username)
 			require.NotEmpty(t, u.Permissions.Publish.Allow, u.Username)
 			require.Equal(t, []string{inboxPrefix(u.Username) + ".>"}, u.Permissions.Subscribe.Allow[:1], u.Username)
+			// Only the workers answer requests (decision requests, on the
+			// requester's inbox).
+			require.Equal(t, u.Username == "worker", u.Permissions.Response != nil, "%s: allow_responses", u.Username)
 		}
-		require.ElementsMatch(t, []string{"worker", "operator", "backend", "tenant-researcher", "tenant-support"}, names, name)
+		require.ElementsMatch(t, []string{"worker", "operator", "backend", "approver", "tenant-researcher", "tenant-support"}, names, name)
 		if first == nil {
 			first = opts.Users
 			continue
@@ -170,9 +173,15 @@ func TestServerRefuses(t *testing.T) {
 		{"worker", "$JS.API.STREAM.DELETE.CAPSTAN_CALLS", nil},
 		{"worker", "$JS.API.STREAM.DELETE.CAPSTAN_AUDIT", nil},
 		{"worker", "$JS.API.STREAM.PURGE.CAPSTAN_DLQ", purge},
-		// ... create streams other than Capstan's, or publish calls.
+		// ... create streams other than Capstan's, or publish calls other
+		// than its pool's (a decided call goes back to its own subject) ...
 		{"worker", "$JS.API.STREAM.CREATE.EVIL", []byte(`{"name":"EVIL","subjects":["evil.>"]}`)},
 		{"worker", "capstan.call.default.echo", []byte(`{}`)},
+		{"worker", "capstan.call.other.default.echo", []byte(`{}`)},
+		{"worker", "capstan.call.default.default.echo.x", []byte(`{}`)},
+		// ... or publish to an inbox except in answer to a request.
+		{"worker", "_INBOX_support.x", []byte(`{}`)},
+		{"worker", "_INBOX_approver.x", []byte(`{}`)},
 		// The backend may not write personalities, purge or delete, or
 		// read dead letters or calls.
 		{"backend", "$KV.capstan_personalities.evil", personality},
