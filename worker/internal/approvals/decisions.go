@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strconv"
 	"time"
@@ -47,6 +48,10 @@ type Decisions struct {
 	Metrics  Metrics
 }
 
+// otherPoolDelay is how long a decision this worker may not act on (a call
+// of another pool) waits before it is offered again.
+const otherPoolDelay = 2 * time.Second
+
 // Run consumes decisions until ctx ends.
 func (d *Decisions) Run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
@@ -75,6 +80,13 @@ func (d *Decisions) handle(ctx context.Context, m *bus.Msg) {
 	octx, cancel := d.OpCtx()
 	defer cancel()
 	if err := d.act(octx, &dec); err != nil {
+		if errors.Is(err, bus.ErrPermissionDenied) {
+			// A call of another pool, whose calls this worker's user may
+			// not publish: a worker of that pool takes the decision.
+			d.Log.DebugContext(octx, "approval decision left to a worker of the call's pool", "call_id", dec.Hold.CallID, "subject", dec.Hold.Subject)
+			_ = m.Nak(otherPoolDelay)
+			return
+		}
 		d.Log.WarnContext(octx, "cannot act on an approval decision; it is retried", "call_id", dec.Hold.CallID, "decision", dec.Decision, "error", err)
 		_ = m.Nak(time.Second)
 		return
