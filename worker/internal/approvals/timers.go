@@ -25,8 +25,8 @@ type Timers struct {
 	Now func() time.Time
 
 	mu      sync.Mutex
-	holds   map[string]*approval.HoldRecord // by "<personality>.<call>"
-	cancels map[string]cancelRec            // by "<personality>.<call>"
+	holds   map[string]timer     // by "<personality>.<call>"
+	cancels map[string]cancelRec // by "<personality>.<call>"
 	wake    chan struct{}
 }
 
@@ -56,7 +56,10 @@ func (t *Timers) HoldEntry(e bus.Entry) {
 	if json.Unmarshal(e.Value, &h) != nil {
 		return
 	}
-	t.holds[key] = &h
+	// Only when and how it ends: the call's body stays in the bucket
+	// until the hold ends.
+	at, decision := h.Due()
+	t.holds[key] = timer{personality: personality, call: call, at: at, decision: decision}
 	t.poke()
 }
 
@@ -81,7 +84,7 @@ func (t *Timers) CancelEntry(e bus.Entry) {
 
 func (t *Timers) init() {
 	if t.holds == nil {
-		t.holds = make(map[string]*approval.HoldRecord)
+		t.holds = make(map[string]timer)
 		t.cancels = make(map[string]cancelRec)
 		t.wake = make(chan struct{}, 1)
 	}
@@ -117,8 +120,8 @@ func (t *Timers) Run(ctx context.Context) {
 	}
 }
 
-// due returns the decisions of the holds that end now.
-func (t *Timers) due() []*approval.Decision {
+// due returns the holds that end now, with their decision (and reason).
+func (t *Timers) due() []timer {
 	now := t.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -127,38 +130,51 @@ func (t *Timers) due() []*approval.Decision {
 			delete(t.cancels, key)
 		}
 	}
-	var out []*approval.Decision
+	var out []timer
 	for key, h := range t.holds {
-		d := &approval.Decision{At: now.UTC(), ArgsSHA256: h.ArgsSHA256, Hold: *h}
 		if c, ok := t.cancels[key]; ok {
-			d.Decision, d.Reason = protocol.ApprovalCancelled, c.reason
-		} else if at, decision := h.Due(); !now.Before(at) {
-			d.Decision = decision
-		} else {
+			h.decision, h.reason = protocol.ApprovalCancelled, c.reason
+		} else if now.Before(h.at) {
 			continue
 		}
-		out = append(out, d)
+		out = append(out, h)
 	}
 	return out
 }
 
-// end stores the decision of a hold that ended; whether this worker's
-// decision or another's wins, the hold is then left to the consumer of
-// decisions (and dropped from the timers when its key is removed).
-func (t *Timers) end(ctx context.Context, d *approval.Decision) {
+// end stores the decision of a hold that ended, read from the bucket;
+// whether this worker's decision or another's wins, the hold is then left
+// to the consumer of decisions (and dropped from the timers when its key
+// is removed).
+func (t *Timers) end(ctx context.Context, h timer) {
 	octx, cancel := t.OpCtx()
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	first, _, err := t.Store.Decide(octx, d)
+	hold, err := t.Store.HoldOf(octx, h.personality, h.call)
+	if err == nil && hold != nil {
+		d := &approval.Decision{Decision: h.decision, Reason: h.reason, At: t.Now().UTC(), ArgsSHA256: hold.ArgsSHA256, Hold: *hold}
+		var first *approval.Decision
+		if first, _, err = t.Store.Decide(octx, d); err == nil {
+			_ = t.Store.Unhold(octx, first.Hold.PersonalityID, first.Hold.CallID)
+		}
+	}
 	if err != nil {
-		t.Log.WarnContext(octx, "cannot end a held call; trying again", "call_id", d.Hold.CallID, "decision", d.Decision, "error", err)
+		t.Log.WarnContext(octx, "cannot end a held call; trying again", "call_id", h.call, "decision", h.decision, "error", err)
 		return
 	}
-	_ = t.Store.Unhold(octx, first.Hold.PersonalityID, first.Hold.CallID)
 	t.mu.Lock()
-	delete(t.holds, d.Hold.PersonalityID+"."+d.Hold.CallID)
+	delete(t.holds, h.personality+"."+h.call)
 	t.mu.Unlock()
+}
+
+// timer is when and how a hold ends.
+type timer struct {
+	personality, call string
+	at                time.Time
+	// decision is expired or deadline (by the clock), or cancelled with
+	// reason.
+	decision, reason string
 }
 
 // cancelRec is a cancel request the timers remember.
