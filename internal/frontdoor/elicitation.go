@@ -297,7 +297,13 @@ func (p *personalityServer) resumeHeld(ctx context.Context, req *mcp.CallToolReq
 
 	relay := newProgressRelay(ctx, req)
 	if relay != nil {
-		stop, err := p.follow(ctx, st.CallID, relay.forward)
+		// The events up to the approval_required one were forwarded to the
+		// first request already.
+		stop, err := p.follow(ctx, st.CallID, func(ev client.Progress) {
+			if ev.Kind != protocol.ProgressKindApprovalRequired {
+				relay.forward(ev)
+			}
+		})
 		if err != nil {
 			log.WarnContext(ctx, "the call's progress cannot be followed: no MCP progress notifications for this call", "error", err)
 			relay = nil
