@@ -21,7 +21,7 @@ import (
 	"github.com/capstanhq/capstan/internal/protocol"
 )
 
-// A call held for approval (docs/approvals.md) is asked of the MCP client
+// A call held for approval (the personality's approval section) is asked of the MCP client
 // when its session may decide: the personality sets approval.self and the
 // client declared the elicitation capability. The front door follows the
 // call's progress events; at its approval_required event it sends one
@@ -39,7 +39,7 @@ import (
 // personality); the client's retry of the call with the answer decides the
 // held call and waits for its result, without publishing another call.
 
-// Answers of the elicitation a held call sends (ElicitationSchema).
+// Answers of the elicitation a held call sends (elicitationSchema).
 const (
 	// ElicitApprove is the boolean property of the answer: true approves
 	// the call, false denies it.
@@ -67,9 +67,9 @@ const (
 // decisions carry its token's name.
 const DefaultDecider = "mcp client"
 
-// ElicitationSchema is the requested schema of every approval question: a
+// elicitationSchema is the requested schema of every approval question: a
 // required boolean ElicitApprove and an optional string ElicitReason.
-var ElicitationSchema = json.RawMessage(`{"type":"object","properties":{` +
+var elicitationSchema = json.RawMessage(`{"type":"object","properties":{` +
 	`"approve":{"type":"boolean","title":"Approve","description":"Run the call once, with exactly these arguments"},` +
 	`"reason":{"type":"string","title":"Reason","description":"Why (optional; shown to the agent when you deny)"}` +
 	`},"required":["approve"]}`)
@@ -214,7 +214,7 @@ func (a *approvalAsker) stop() {
 
 // approvalElicitation is the elicitation of a held call.
 func approvalElicitation(held client.ApprovalRequest) *mcp.ElicitParams {
-	return &mcp.ElicitParams{Mode: "form", Message: approvalQuestion(held), RequestedSchema: ElicitationSchema}
+	return &mcp.ElicitParams{Mode: "form", Message: approvalQuestion(held), RequestedSchema: elicitationSchema}
 }
 
 // ask sends the elicitation (until the hold expires or the request ends)
