@@ -21,9 +21,9 @@ import (
 	"github.com/capstanhq/capstan/internal/protocol"
 )
 
-// A call held for approval (the personality's approval section) is asked of the MCP client
-// when its session may decide: the personality sets approval.self and the
-// client declared the elicitation capability. The front door follows the
+// A call held for approval (the personality's approval section) is asked
+// of the MCP client when its session may decide: the personality sets
+// approval.self and the client declared the elicitation capability. The front door follows the
 // call's progress events; at its approval_required event it sends one
 // elicitation/create naming the tool, the arguments and the reach the call
 // would get, and turns the answer into the caller's own decision
