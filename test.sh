@@ -72,6 +72,13 @@ else
   skip "MCP front door tests against the TypeScript SDK and the conformance suite: npm not found"
 fi
 
+echo "--- npm package of the front door's approval-question tests (internal/frontdoor/testdata/ts-client: TypeScript SDK client)"
+if command -v npm >/dev/null 2>&1; then
+  (cd internal/frontdoor/testdata/ts-client && npm ci --no-audit --no-fund)
+else
+  skip "front door approval-question tests against the TypeScript SDK: npm not found"
+fi
+
 echo "--- real MCP servers for the mcphost tests (npm ci of the pinned packages)"
 if command -v npm >/dev/null; then
   (cd internal/mcphost/testdata/npm && npm ci --no-audit --no-fund)

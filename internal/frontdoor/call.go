@@ -48,6 +48,9 @@ const publishTimeout = 10 * time.Second
 var (
 	errNoResult     = errors.New("no result before the wait ended")
 	errShuttingDown = errors.New("the MCP front door is shutting down")
+	// errInputRequired ends the wait of a held call whose client is asked
+	// in the request's result (elicitation.go).
+	errInputRequired = errors.New("the call is held for approval and the client is asked to decide")
 )
 
 // callTool runs one tools/call as a Capstan call of the session's
@@ -61,6 +64,9 @@ var (
 // shutdown (Server.Close, a signal) leaves the call running: its result
 // stays in the results stream (MetaCallID names it).
 func (p *personalityServer) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if req.Params.RequestState != "" || len(req.Params.InputResponses) > 0 {
+		return p.resumeHeld(ctx, req) // the retry of a call held for approval (elicitation.go)
+	}
 	args := bytes.TrimSpace(req.Params.Arguments)
 	if len(args) == 0 || bytes.Equal(args, []byte("null")) {
 		args = []byte("{}")
@@ -84,14 +90,22 @@ func (p *personalityServer) callTool(ctx context.Context, req *mcp.CallToolReque
 	log := p.log.With("call_id", call.CallID, "tool", call.Tool, "mcp_session_id", session, "mcp_request_id", requestID)
 	start := time.Now()
 
-	var relay *progressRelay
-	if token := req.Params.GetProgressToken(); token != nil {
-		var err error
-		if relay, err = p.relayProgress(ctx, req.Session, token, call.CallID); err != nil {
-			log.WarnContext(ctx, "MCP progress notifications unavailable for this call", "error", err)
+	// The call's progress events are followed from before it is published:
+	// they become progress notifications (with a progress token) and its
+	// approval_required event a question to the user (elicitation.go).
+	relay := newProgressRelay(ctx, req)
+	asker := p.newApprovalAsker(ctx, req, log)
+	if relay != nil || asker != nil {
+		stop, err := p.follow(ctx, call.CallID, relay.forward, asker.onEvent)
+		if err != nil {
+			log.WarnContext(ctx, "the call's progress cannot be followed: no MCP progress notifications and no approval question for this call", "error", err)
+			relay, asker = nil, nil
+		} else {
+			defer stop()
 		}
 	}
 	defer relay.stop()
+	defer asker.stop()
 
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	err := p.c.Submit(pctx, &call)
@@ -104,18 +118,30 @@ func (p *personalityServer) callTool(ctx context.Context, req *mcp.CallToolReque
 		log.ErrorContext(ctx, "call not published", "error", err)
 		return toolResult(protocol.Failure(&call, protocol.CodeExecutionFailed, "the call could not be published: "+err.Error())), nil
 	}
+	return p.answer(ctx, key, &call, log, relay, asker, start)
+}
 
-	r, err := p.await(ctx, call.CallID)
+// answer waits for the result of a published call and turns it into the
+// answer of the request key: the result; nothing when the request ended
+// (after cancelling the call when its client cancelled it); or, when the
+// asker asks in the request's result, the input-required result asking
+// the client to decide the held call (elicitation.go).
+func (p *personalityServer) answer(ctx context.Context, key requestKey, call *client.Call, log *slog.Logger,
+	relay *progressRelay, asker *approvalAsker, start time.Time) (*mcp.CallToolResult, error) {
+	r, err := p.await(ctx, call.CallID, asker.inputNeeded())
 	switch {
 	case err == nil:
 		relay.drain()
 		log.InfoContext(ctx, "mcp call", "ok", r.OK, "code", string(r.Code), "duration_ms", time.Since(start).Milliseconds())
 		return toolResult(r), nil
+	case errors.Is(err, errInputRequired):
+		log.InfoContext(ctx, "call held for approval; asking the MCP client (input required)")
+		return asker.inputRequired(call.CallID), nil
 	case errors.Is(err, errNoResult):
 		log.WarnContext(ctx, "mcp call without result before the wait ended", "wait", p.front.cfg.Wait.String())
-		return toolResult(protocol.Failure(&call, protocol.CodeExecutionFailed, client.ResultMissing)), nil
+		return toolResult(protocol.Failure(call, protocol.CodeExecutionFailed, client.ResultMissing)), nil
 	case ctx.Err() != nil || errors.Is(err, errShuttingDown):
-		if reason, cancelled := p.front.cancels.take(key); cancelled && requestID != "" && ctx.Err() != nil {
+		if reason, cancelled := p.front.cancels.take(key); cancelled && key.id != "" && ctx.Err() != nil {
 			p.cancel(ctx, log, call.CallID, reason)
 			return nil, ctx.Err()
 		}
@@ -124,7 +150,7 @@ func (p *personalityServer) callTool(ctx context.Context, req *mcp.CallToolReque
 		return nil, fmt.Errorf("call %s continues, but this request ended: %w", call.CallID, err)
 	default:
 		log.ErrorContext(ctx, "waiting for the result failed", "error", err)
-		return toolResult(protocol.Failure(&call, protocol.CodeExecutionFailed, "waiting for the result failed: "+err.Error())), nil
+		return toolResult(protocol.Failure(call, protocol.CodeExecutionFailed, "waiting for the result failed: "+err.Error())), nil
 	}
 }
 
@@ -149,13 +175,24 @@ func (p *personalityServer) cancel(ctx context.Context, log *slog.Logger, callID
 }
 
 // await waits for the result of the call. It returns errNoResult when
-// Config.Wait passed, errShuttingDown when the Server closed, and the cause
-// of ctx's end when the request ended.
-func (p *personalityServer) await(ctx context.Context, callID string) (client.Result, error) {
+// Config.Wait passed, errShuttingDown when the Server closed,
+// errInputRequired when inputNeeded is closed first, and the cause of ctx's
+// end when the request ended.
+func (p *personalityServer) await(ctx context.Context, callID string, inputNeeded <-chan struct{}) (client.Result, error) {
 	wctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	wctx, cancelWait := context.WithTimeoutCause(wctx, p.front.cfg.Wait, errNoResult)
 	defer cancelWait()
+	if inputNeeded != nil {
+		done := wctx.Done()
+		go func() {
+			select {
+			case <-inputNeeded:
+				cancel(errInputRequired)
+			case <-done:
+			}
+		}()
+	}
 	stopReq := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	defer stopReq()
 	stopSrv := context.AfterFunc(p.front.ctx, func() { cancel(errShuttingDown) })

@@ -127,6 +127,9 @@ type Server struct {
 
 	// cancels holds the MCP cancellations seen by the transports (requests.go).
 	cancels cancellations
+	// states signs the request states of input-required results
+	// (elicitation.go).
+	states *requestStates
 }
 
 // New returns a Server for cfg. It starts nothing until ServeStdio or
@@ -137,7 +140,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("frontdoor: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, ctx: ctx, cancel: cancel, personality: make(map[string]*personalityServer)}, nil
+	return &Server{cfg: cfg, ctx: ctx, cancel: cancel, personality: make(map[string]*personalityServer), states: newRequestStates()}, nil
 }
 
 // Close stops the tool-list loops and releases the tools/call handlers still

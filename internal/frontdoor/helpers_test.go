@@ -25,8 +25,16 @@ import (
 
 // Tokens of the tokens file of httpFront.
 const (
-	alphaToken = "alpha-token-0123456789abcdef"
-	betaToken  = "beta-token-0123456789abcdef"
+	alphaToken         = "alpha-token-0123456789abcdef"
+	betaToken          = "beta-token-0123456789abcdef"
+	selfApprovalToken  = "self-approval-token-0123456789abcdef"
+	othersApproveToken = "others-approve-token-0123456789abcdef"
+)
+
+// Names of the tokens of httpFront for the approval personalities.
+const (
+	selfApprovalName  = "agent-s"
+	othersApproveName = "agent-o"
 )
 
 func ctxT(t testing.TB) context.Context {
@@ -88,13 +96,17 @@ func (e *env) stdioWithPipes(personality string, opts *mcp.ClientOptions) (*mcp.
 }
 
 // httpFront serves the front door over HTTP with a tokens file giving
-// alphaToken to alpha and betaToken to beta; it returns the MCP endpoint.
+// alphaToken to alpha, betaToken to beta, selfApprovalToken to
+// self-approval and othersApproveToken to others-approve; it returns the
+// MCP endpoint.
 func (e *env) httpFront() string {
 	e.t.Helper()
 	file := filepath.Join(e.t.TempDir(), "tokens.yaml")
 	require.NoError(e.t, os.WriteFile(file, []byte("tokens:\n"+
 		"  - {token: "+alphaToken+", personality: alpha, name: agent-a}\n"+
-		"  - {token: "+betaToken+", personality: beta, name: agent-b}\n"), 0o600))
+		"  - {token: "+betaToken+", personality: beta, name: agent-b}\n"+
+		"  - {token: "+selfApprovalToken+", personality: "+frontdoortest.SelfApproval+", name: "+selfApprovalName+"}\n"+
+		"  - {token: "+othersApproveToken+", personality: "+frontdoortest.OthersApprove+", name: "+othersApproveName+"}\n"), 0o600))
 	tokens, err := frontdoor.LoadTokens(file)
 	require.NoError(e.t, err)
 	h, err := e.front.Handler(ctxT(e.t), tokens)

@@ -7,13 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/capstanhq/capstan/client"
+	"github.com/capstanhq/capstan/internal/capability"
 )
 
 // catalogSettle is how long the tool-list loop waits after a catalog change
@@ -30,6 +33,11 @@ type personalityServer struct {
 	c     *client.Client // acting under id
 	mcp   *mcp.Server
 	log   *slog.Logger
+
+	// selfApproval is the personality's approval.self, read with the tool
+	// list: whether its sessions are asked to decide their held calls
+	// (elicitation.go).
+	selfApproval atomic.Bool
 
 	mu sync.Mutex
 	// listed maps each listed tool to the description and schema it was
@@ -64,6 +72,7 @@ func newPersonalityServer(ctx context.Context, front *Server, id string) (*perso
 		return nil, fmt.Errorf("frontdoor: personality %s: %w", id, err)
 	}
 	p.apply(entries)
+	p.readSelfApproval(ctx)
 	return p, nil
 }
 
@@ -108,6 +117,32 @@ func (p *personalityServer) refresh(ctx context.Context) {
 		return
 	}
 	p.apply(entries)
+	p.readSelfApproval(ctx)
+}
+
+// readSelfApproval reads the personality's approval.self. A personality
+// that does not exist or does not parse asks nothing; any other error
+// keeps the value read before.
+func (p *personalityServer) readSelfApproval(ctx context.Context) {
+	doc, err := p.c.Personality(ctx, p.id)
+	if errors.Is(err, client.ErrUnknownPersonality) {
+		p.selfApproval.Store(false)
+		return
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.WarnContext(ctx, "approval.self not read; keeping the value read before", "error", err)
+		}
+		return
+	}
+	home, _ := os.UserHomeDir()
+	pers, err := capability.Parse(doc, capability.Env{Home: home})
+	if err != nil {
+		p.log.WarnContext(ctx, "personality does not parse: its sessions are not asked to decide held calls", "error", err)
+		p.selfApproval.Store(false)
+		return
+	}
+	p.selfApproval.Store(pers.Approval != nil && pers.Approval.Self)
 }
 
 // apply makes the listed tools exactly entries: new and changed ones are

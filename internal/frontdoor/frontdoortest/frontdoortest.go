@@ -1,6 +1,7 @@
 // Package frontdoortest starts a real worker pool for the tests of the MCP
-// front door: an embedded JetStream server, two personalities that may call
-// different tools, and a worker hosting those tools.
+// front door: an embedded JetStream server, personalities that may call
+// different tools (two of them hold echo calls for approval), and a worker
+// hosting those tools.
 package frontdoortest
 
 import (
@@ -27,6 +28,12 @@ const (
 	Beta = "beta"
 	// Conformance may call echo and the tools of ConformanceTools.
 	Conformance = "conformance"
+	// SelfApproval may call echo and whoami; every echo call is held for
+	// approval, and the caller's own session may decide (approval.self).
+	SelfApproval = "self-approval"
+	// OthersApprove may call echo and whoami; every echo call is held for
+	// approval, which only an approver may give (approval.self is false).
+	OthersApprove = "others-approve"
 )
 
 // Tool names hosted by a Pool besides echo.
@@ -41,11 +48,13 @@ const (
 	BetaSecret = "a value only personality beta may see"
 )
 
-// Personality documents of Alpha and Beta.
+// Personality documents of the personalities above.
 const (
-	AlphaDoc       = "id: alpha\ntoolset: [echo, whoami]\n"
-	BetaDoc        = "id: beta\ntoolset: [echo, beta_only]\n"
-	ConformanceDoc = "id: conformance\ntoolset: [echo, test_simple_text, test_error_handling, test_tool_with_progress, json_schema_2020_12_tool]\n"
+	AlphaDoc         = "id: alpha\ntoolset: [echo, whoami]\n"
+	BetaDoc          = "id: beta\ntoolset: [echo, beta_only]\n"
+	ConformanceDoc   = "id: conformance\ntoolset: [echo, test_simple_text, test_error_handling, test_tool_with_progress, json_schema_2020_12_tool]\n"
+	SelfApprovalDoc  = "id: self-approval\ntoolset: [echo, whoami]\napproval:\n  require: [{tool: echo}]\n  self: true\n"
+	OthersApproveDoc = "id: others-approve\ntoolset: [echo, whoami]\napproval:\n  require: [{tool: echo}]\n"
 )
 
 // Pool is a running embedded server with a worker pool.
@@ -58,7 +67,7 @@ type Pool struct {
 	Conn *bus.Conn
 }
 
-// Start starts the server, stores AlphaDoc, BetaDoc and ConformanceDoc, and
+// Start starts the server, stores the documents of every personality above, and
 // runs a worker hosting echo, whoami, beta_only and ConformanceTools until
 // the test ends.
 func Start(t testing.TB) *Pool {
@@ -71,7 +80,8 @@ func Start(t testing.TB) *Pool {
 	if err != nil {
 		t.Fatalf("personalities bucket: %v", err)
 	}
-	for id, doc := range map[string]string{Alpha: AlphaDoc, Beta: BetaDoc, Conformance: ConformanceDoc} {
+	for id, doc := range map[string]string{Alpha: AlphaDoc, Beta: BetaDoc, Conformance: ConformanceDoc,
+		SelfApproval: SelfApprovalDoc, OthersApprove: OthersApproveDoc} {
 		if _, err := kv.Put(ctx, id, []byte(doc)); err != nil {
 			t.Fatalf("store personality %s: %v", id, err)
 		}
