@@ -430,6 +430,8 @@ func TestCancelAsOperator(t *testing.T) {
 	sub, err := e.conn.Subscribe("capstan.cancel.default.c-9", "", func(string, bus.Header, []byte) { close(cancelled) })
 	require.NoError(t, err)
 	defer func() { _ = sub.Stop() }()
+	// The server knows of the subscription before the cancel is posted.
+	require.NoError(t, e.conn.Flush(ctxT(t)))
 	code, body := do(t, "POST", srv.URL+"/calls/c-9/cancel", operatorToken)
 	require.Equal(t, http.StatusSeeOther, code, body)
 	select {
