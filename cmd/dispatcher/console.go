@@ -43,7 +43,7 @@ var consoleVars = [][2]string{
 func (a *app) cmdConsole(ctx context.Context, args []string) int {
 	fs := a.flags("console")
 	addr := fs.String("addr", defaultConsoleAddr, "listen address; without a token only a loopback address is allowed")
-	tokensFile := fs.String("tokens", a.getenv(envConsoleTokens), "YAML file of tokens with roles: tokens: [{token, role: viewer|operator, name}] (env "+envConsoleTokens+")")
+	tokensFile := fs.String("tokens", a.getenv(envConsoleTokens), "YAML file of tokens with roles: tokens: [{token, role: viewer|operator|approver, name}] (env "+envConsoleTokens+")")
 	traceURL := fs.String("trace-url", a.getenv(envTraceURL), "trace UI address of a trace, {trace_id} replaced, e.g. http://localhost:16686/trace/{trace_id} (env "+envTraceURL+")")
 	if _, code, done := a.parseCommand(fs, args, 0, ""); done {
 		return code

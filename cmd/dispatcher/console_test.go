@@ -27,7 +27,7 @@ func TestConsoleUsageErrors(t *testing.T) {
 		{"viewer token with a space", map[string]string{envConsoleViewerToken: "a viewer token with spaces"}, []string{"console"},
 			"capstan: console: CAPSTAN_CONSOLE_VIEWER_TOKEN: token must not hold spaces or control characters"},
 		{"bad tokens file", nil, []string{"console", "--tokens", badTokens},
-			"tokens[0]: token must be at least 16 characters; tokens[0]: role must be viewer or operator, got \"admin\""},
+			"tokens[0]: token must be at least 16 characters; tokens[0]: role must be viewer, operator or approver, got \"admin\""},
 		{"missing tokens file", nil, []string{"console", "--tokens", filepath.Join(t.TempDir(), "none.yaml")}, "console tokens file: open "},
 		{"unexpected argument", nil, []string{"console", "extra"}, `capstan: console: unexpected argument "extra"`},
 		{"address in use or invalid", nil, []string{"console", "--addr", "127.0.0.1:99999"}, "capstan: console: listen tcp: address 99999: invalid port"},

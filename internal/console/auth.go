@@ -18,11 +18,15 @@ import (
 // Role is what a token may do in the console.
 type Role string
 
-// The two roles. A viewer sees everything; only an operator cancels calls,
-// redrives and purges dead letters, and changes personalities.
+// The three roles. A viewer sees everything; only an operator cancels
+// calls, redrives and purges dead letters, and changes personalities; only
+// an approver approves and denies held calls (the Approvals page). An
+// approver otherwise sees what a viewer sees, and an operator does not
+// decide held calls: the roles do not nest.
 const (
 	RoleViewer   Role = "viewer"
 	RoleOperator Role = "operator"
+	RoleApprover Role = "approver"
 )
 
 // MinTokenLength is the shortest token the console accepts.
@@ -36,10 +40,11 @@ type Token struct {
 	// Token is the secret, at least MinTokenLength characters without
 	// spaces or control characters.
 	Token string `json:"token"`
-	// Role is viewer or operator.
+	// Role is viewer, operator or approver.
 	Role Role `json:"role"`
 	// Name labels the token in the console and its audit log; default
-	// "tokens[<index>]".
+	// "tokens[<index>]". An approver's name is the decider's name of its
+	// decisions, which a personality's approval.approvers must list.
 	Name string `json:"name"`
 }
 
@@ -53,8 +58,10 @@ func (t Token) Check(what string) error {
 	case strings.IndexFunc(t.Token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
 		problems = append(problems, what+": token must not hold spaces or control characters")
 	}
-	if t.Role != RoleViewer && t.Role != RoleOperator {
-		problems = append(problems, fmt.Sprintf("%s: role must be viewer or operator, got %q", what, t.Role))
+	switch t.Role {
+	case RoleViewer, RoleOperator, RoleApprover:
+	default:
+		problems = append(problems, fmt.Sprintf("%s: role must be viewer, operator or approver, got %q", what, t.Role))
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
@@ -106,6 +113,8 @@ type identity struct {
 }
 
 func (id identity) operator() bool { return id.Role == RoleOperator }
+
+func (id identity) approver() bool { return id.Role == RoleApprover }
 
 type identityKey struct{}
 

@@ -1,8 +1,9 @@
 // Package console serves Capstan's operator console: a server-rendered web
 // UI (html/template and htmx, embedded in the binary) that shows the pool
 // live, the results of calls and their timelines, what a personality may
-// touch (the same explanation as "dispatcher explain"), and the dead-letter
-// queue, which operators may redrive and purge.
+// touch (the same explanation as "dispatcher explain"), the dead-letter
+// queue, which operators may redrive and purge, and the calls held for
+// approval, which approvers approve and deny.
 package console
 
 import (
@@ -22,6 +23,7 @@ import (
 
 	"github.com/capstanhq/capstan/client"
 	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/worker"
 )
 
@@ -34,7 +36,8 @@ const readTimeout = 10 * time.Second
 // Config configures a Console.
 type Config struct {
 	// Client is the dispatcher client the console reads and acts through
-	// (catalog, personalities, dead letters, redrive, cancel). Required.
+	// (catalog, personalities, dead letters, redrive, cancel, held calls
+	// and their decisions). Required.
 	Client *client.Client
 	// Conn is a connection to the same NATS, for the streams and buckets
 	// the client does not read (results and progress tails, audit records,
@@ -190,6 +193,10 @@ func (c *Console) routes() {
 	m.Handle("GET /dlq/{id}", c.viewer(c.dlqShow))
 	m.Handle("POST /dlq/{id}/redrive", c.operator("redrive", c.redrive))
 	m.Handle("POST /dlq/{id}/purge", c.operator("purge", c.purge))
+	m.Handle("GET /approvals", c.viewer(c.approvalsPage))
+	m.Handle("GET /events/approvals", c.viewer(c.approvalEvents))
+	m.Handle("POST /approvals/{id}/approve", c.approver("approve", c.decide(protocol.ApprovalApproved)))
+	m.Handle("POST /approvals/{id}/deny", c.approver("deny", c.decide(protocol.ApprovalDenied)))
 	c.mux = m
 }
 
@@ -260,6 +267,19 @@ func (c *Console) viewer(h func(http.ResponseWriter, *http.Request)) http.Handle
 // operator serves h to operators only; everyone else gets 403. Every
 // attempt is written to the audit log.
 func (c *Console) operator(action string, h func(http.ResponseWriter, *http.Request)) http.Handler {
+	return c.role(RoleOperator, action, h)
+}
+
+// approver serves h to approvers only (deciding held calls); everyone else,
+// an operator included, gets 403. Every attempt is written to the audit log.
+func (c *Console) approver(action string, h func(http.ResponseWriter, *http.Request)) http.Handler {
+	return c.role(RoleApprover, action, h)
+}
+
+// role serves h to identities of role want, for a request sent from the
+// console's own pages (sameOrigin); every attempt is written to the audit
+// log.
+func (c *Console) role(want Role, action string, h func(http.ResponseWriter, *http.Request)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok := c.authenticate(w, r)
 		if !ok {
@@ -270,9 +290,13 @@ func (c *Console) operator(action string, h func(http.ResponseWriter, *http.Requ
 			http.Error(w, "forbidden: cross-origin request", http.StatusForbidden)
 			return
 		}
-		if !id.operator() {
+		if id.Role != want {
 			c.audit(r.Context(), action, r.PathValue("id"), id, "refused: role "+string(id.Role)+" may not "+action)
-			http.Error(w, fmt.Sprintf("forbidden: %s needs the operator role; token %s has role %s", action, id.Name, id.Role), http.StatusForbidden)
+			msg := fmt.Sprintf("forbidden: %s needs the %s role; token %s has role %s", action, want, id.Name, id.Role)
+			if want == RoleApprover && c.auth.open() {
+				msg += " (a console without tokens has no approver: give it a tokens file with a token of role approver)"
+			}
+			http.Error(w, msg, http.StatusForbidden)
 			return
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))

@@ -208,7 +208,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"no client", Config{Conn: e.conn}, "Config.Client is required"},
 		{"no conn", Config{Client: e.client}, "Config.Conn is required"},
 		{"short token", Config{Client: e.client, Conn: e.conn, Tokens: []Token{{Token: "short", Role: RoleViewer}}}, "Config.Tokens[0]: token must be at least 16 characters"},
-		{"bad role", Config{Client: e.client, Conn: e.conn, Tokens: []Token{{Token: operatorToken, Role: "admin"}}}, `role must be viewer or operator, got "admin"`},
+		{"bad role", Config{Client: e.client, Conn: e.conn, Tokens: []Token{{Token: operatorToken, Role: "admin"}}}, `role must be viewer, operator or approver, got "admin"`},
 		{"trace url", Config{Client: e.client, Conn: e.conn, TraceURL: "http://jaeger/trace/"}, "must hold {trace_id}"},
 	} {
 		_, err := New(tc.cfg)
@@ -225,7 +225,7 @@ func TestLoadTokens(t *testing.T) {
 		{"empty", "tokens: []\n", "no tokens"},
 		{"unknown key", "tokens:\n- {token: " + operatorToken + ", role: operator, rights: all}\n", "unknown field"},
 		{"duplicate", "tokens:\n- {token: " + operatorToken + ", role: operator}\n- {token: " + operatorToken + ", role: viewer}\n", "tokens[1]: same token as tokens[0]"},
-		{"every problem", "tokens:\n- {token: short, role: operator}\n- {token: " + viewerToken + ", role: boss}\n", `tokens[0]: token must be at least 16 characters; tokens[1]: role must be viewer or operator, got "boss"`},
+		{"every problem", "tokens:\n- {token: short, role: operator}\n- {token: " + viewerToken + ", role: boss}\n", `tokens[0]: token must be at least 16 characters; tokens[1]: role must be viewer, operator or approver, got "boss"`},
 		{"spaces", "tokens:\n- {token: 'has spaces in the token', role: viewer}\n", "must not hold spaces"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -430,6 +430,8 @@ func TestCancelAsOperator(t *testing.T) {
 	sub, err := e.conn.Subscribe("capstan.cancel.default.c-9", "", func(string, bus.Header, []byte) { close(cancelled) })
 	require.NoError(t, err)
 	defer func() { _ = sub.Stop() }()
+	// The server knows of the subscription before the cancel is posted.
+	require.NoError(t, e.conn.Flush(ctxT(t)))
 	code, body := do(t, "POST", srv.URL+"/calls/c-9/cancel", operatorToken)
 	require.Equal(t, http.StatusSeeOther, code, body)
 	select {

@@ -26,13 +26,19 @@ import (
 const (
 	operatorToken = "operator-token-0123456789"
 	viewerToken   = "viewer-token-0123456789ab"
+	// approverToken is carol's, one of ops's approval.approvers;
+	// outsiderToken is erin's, an approver the personality does not list.
+	approverToken = "approver-token-0123456789"
+	outsiderToken = "outsider-token-0123456789"
 )
 
 // personalities of the tests: default may call echo and the progress
-// tool; reader only read_file.
+// tool; reader only read_file; ops calls echo, and an echo of "pay" or
+// "refund" waits for carol's or dave's decision.
 var testPersonalities = map[string]string{
 	"default": "id: default\ntoolset: [echo, steps, read_file]\n",
 	"reader":  "id: reader\ntoolset: [read_file]\nfs_reach: {workdir: /srv/work, read: [\"${WORKDIR}\"]}\n",
+	"ops":     "id: ops\ntoolset: [echo]\napproval:\n  require:\n    - tool: echo\n      when: {text: [pay, refund]}\n  approvers: [carol, dave]\n",
 }
 
 // stepsTool emits a dashboard and an internal progress event, then

@@ -68,16 +68,22 @@ type page struct {
 // render executes page name's layout into a buffer first, so a template
 // error becomes a 500 rather than half a page.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, data any, id identity) {
-	c.renderTemplate(w, r, name, "layout", page{Title: titles[name], Nav: name, Who: id, Open: c.auth.open(), Data: data})
+	c.renderStatus(w, r, 0, name, data, id)
+}
+
+// renderStatus is render answering with status (0: as the response has it,
+// 200 unless written already), headers included.
+func (c *Console) renderStatus(w http.ResponseWriter, r *http.Request, status int, name string, data any, id identity) {
+	c.renderTemplate(w, r, status, name, "layout", page{Title: titles[name], Nav: name, Who: id, Open: c.auth.open(), Data: data})
 }
 
 var titles = map[string]string{
 	"pool.html": "Pool", "calls.html": "Calls", "call.html": "Call", "explain.html": "Explain",
 	"dlq.html": "Dead letters", "deadletter.html": "Dead letter", "login.html": "Sign in", "batch.html": "Batch",
-	"personality.html": "Personality",
+	"personality.html": "Personality", "approvals.html": "Approvals",
 }
 
-func (c *Console) renderTemplate(w http.ResponseWriter, r *http.Request, name, tmpl string, data any) {
+func (c *Console) renderTemplate(w http.ResponseWriter, r *http.Request, status int, name, tmpl string, data any) {
 	var b bytes.Buffer
 	if err := c.pages[name].ExecuteTemplate(&b, tmpl, data); err != nil {
 		c.log.ErrorContext(r.Context(), "console: render", "page", name, "error", err)
@@ -87,6 +93,9 @@ func (c *Console) renderTemplate(w http.ResponseWriter, r *http.Request, name, t
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if status != 0 {
+		w.WriteHeader(status)
+	}
 	_, _ = w.Write(b.Bytes())
 }
 
