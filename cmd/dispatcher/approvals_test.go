@@ -202,6 +202,12 @@ func TestLocalModeStoryTwoTerminals(t *testing.T) {
 			"--args", `{"text":"refund order 1234"}`)
 		first <- out{code, stdout, stderr}
 	}()
+	// The second terminal starts once the first one's local mode runs (a
+	// second dispatcher started first would be the one that owns it).
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dataDir, localURLFile))
+		return err == nil
+	}, 60*time.Second, 50*time.Millisecond)
 	var holds []map[string]any
 	var stderr string
 	require.Eventually(t, func() bool {
