@@ -186,7 +186,8 @@ func (c Config) validate() error {
 // Scenario is one system under one load.
 type Scenario struct {
 	// Name is "<system>-<tool>[-traced]/<load>", e.g. "capstan-echo-traced/rate",
-	// or "fairness/<load>" for the scheduling scenarios.
+	// or "fairness/<load>" for the scheduling scenarios, "approvals/held"
+	// for the approvals one.
 	Name string `json:"name"`
 	// System is Raw or Capstan.
 	System string `json:"system"`
@@ -198,7 +199,7 @@ type Scenario struct {
 	// Concurrency is the worker's slots or the raw consumer's handlers.
 	Concurrency int `json:"concurrency"`
 	// Load is Saturate or Rate, or for the fairness scenarios Flood,
-	// Weights or Many.
+	// Weights or Many, or Held.
 	Load string `json:"load"`
 	// Outstanding is the calls kept in flight (Saturate).
 	Outstanding int `json:"outstanding,omitempty"`

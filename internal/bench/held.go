@@ -119,11 +119,7 @@ func (e *env) measureHeld(ctx context.Context, cfg Config, s Scenario, batch str
 	}
 	heldBatch := batch + "h"
 	var answered atomic.Int64
-	filter, err := r.e.names.BatchResultsFilter(heldPersonality, heldBatch)
-	if err != nil {
-		return RunResult{}, err
-	}
-	stopTail, err := r.e.conn.Tail(ctx, r.e.names.ResultsStream(), []string{filter}, bus.FromNew, func(*bus.Msg) { answered.Add(1) })
+	stopTail, err := r.countResults(ctx, heldBatch, &answered)
 	if err != nil {
 		return RunResult{}, err
 	}
@@ -132,14 +128,14 @@ func (e *env) measureHeld(ctx context.Context, cfg Config, s Scenario, batch str
 	if err := m.waitPublished(ctx, ordinary, backlogTimeout); err != nil {
 		return RunResult{}, err
 	}
-	measure := func() float64 {
+	measure := func() RunResult {
 		m.window(time.Now().Add(cfg.Warmup), cfg.Duration, 0)
 		m.until(ctx)
-		return mixResult(m, ordinary, cfg.Duration).CallsPerSec
+		return mixResult(m, ordinary, cfg.Duration)
 	}
 	hr := &HeldRun{Held: s.HeldCalls}
 
-	hr.WithoutCallsPerSec = measure()
+	hr.WithoutCallsPerSec = measure().CallsPerSec
 
 	start := time.Now()
 	ids, err := r.hold(ctx, heldBatch, s.HeldCalls)
@@ -150,11 +146,11 @@ func (e *env) measureHeld(ctx context.Context, cfg Config, s Scenario, batch str
 		return RunResult{}, err
 	}
 	hr.HoldMS = ms(time.Since(start))
-	hr.WithCallsPerSec = measure()
+	with := measure()
+	hr.WithCallsPerSec = with.CallsPerSec
 	if n := answered.Load(); n > 0 {
 		return RunResult{}, fmt.Errorf("%d of %d held calls were answered while held", n, s.HeldCalls)
 	}
-	with := mixResult(m, ordinary, cfg.Duration)
 
 	if err := r.deny(ctx, ids); err != nil {
 		return RunResult{}, err
@@ -164,7 +160,8 @@ func (e *env) measureHeld(ctx context.Context, cfg Config, s Scenario, batch str
 	}); err != nil {
 		return RunResult{}, err
 	}
-	hr.AfterCallsPerSec = measure()
+	res = measure()
+	hr.AfterCallsPerSec = res.CallsPerSec
 	m.stopRefill()
 	if n, err := countHolds(ctx, r.e.conn); err != nil || n != 0 {
 		return RunResult{}, fmt.Errorf("%d calls still held after every one was denied (%v)", n, err)
@@ -172,12 +169,21 @@ func (e *env) measureHeld(ctx context.Context, cfg Config, s Scenario, batch str
 	if mean := (hr.WithoutCallsPerSec + hr.AfterCallsPerSec) / 2; mean > 0 {
 		hr.Ratio = round(hr.WithCallsPerSec/mean, 3)
 	}
-	// The counts of the whole run (publishes, failures) and the window
-	// with the held calls.
-	res = mixResult(m, ordinary, cfg.Duration)
+	// The counts of the whole run (publishes, failures: res's, the last)
+	// and the window with the held calls.
 	res.Calls, res.CallsPerSec = with.Calls, with.CallsPerSec
 	res.Held = hr
 	return res, nil
+}
+
+// countResults adds one to n for every result of the held personality's
+// batch stored from now on, until stop is called.
+func (r *fairRun) countResults(ctx context.Context, batch string, n *atomic.Int64) (stop func(), err error) {
+	filter, err := r.e.names.BatchResultsFilter(heldPersonality, batch)
+	if err != nil {
+		return nil, err
+	}
+	return r.e.conn.Tail(ctx, r.e.names.ResultsStream(), []string{filter}, bus.FromNew, func(*bus.Msg) { n.Add(1) })
 }
 
 // hold publishes n echo calls of the held personality (call ids
