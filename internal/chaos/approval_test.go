@@ -176,7 +176,13 @@ func TestHeldCallsSurviveKillsAndNATSRestart(t *testing.T) {
 	// Every call answered once, nothing left unacknowledged or held.
 	tl := waitAnswered(t, conn, batch, ids, 3*time.Minute)
 	requireOneResultEach(t, tl, ids)
-	require.Eventually(t, func() bool { return len(listHolds(t, approver)) == 0 }, time.Minute, 100*time.Millisecond, "holds left")
+	retryFor(t, time.Minute, 100*time.Millisecond, "no hold left", func() error {
+		hs, err := approver.Holds(ctxT(t, 10*time.Second), "")
+		if err == nil && len(hs) > 0 {
+			err = fmt.Errorf("%d calls still held, the first %s", len(hs), hs[0].CallID)
+		}
+		return err
+	})
 	for _, c := range calls {
 		r := tl.results[c.id][0]
 		switch c.want {
@@ -214,10 +220,13 @@ func TestHeldCallsSurviveKillsAndNATSRestart(t *testing.T) {
 	// Audit: one decision record per call, and one record of the call's
 	// own answer (allowed for an approved call: the body ran once).
 	var aud auditTally
-	require.Eventually(t, func() bool {
+	retryFor(t, time.Minute, 200*time.Millisecond, "every audit record stored", func() error {
 		aud, err = countAudit(ctxT(t, time.Minute), conn, byID)
-		return err == nil && aud.complete(calls)
-	}, time.Minute, 200*time.Millisecond, "audit records incomplete: %+v (err %v)", aud, err)
+		if err == nil {
+			err = aud.missing(calls)
+		}
+		return err
+	})
 	for _, c := range calls {
 		require.Len(t, aud.decision[c.id], 1, "%s: one stored decision record", c.id)
 		rec := aud.decision[c.id][0]
@@ -250,8 +259,8 @@ func TestHeldCallsSurviveKillsAndNATSRestart(t *testing.T) {
 			actedBySide++
 		}
 	}
-	t.Logf("calls=%d held_across=2 kills + 1 server restart; approved=%d denied=%d expired=%d (expired before the check: %d); "+
-		"decision requests retried=%d; decisions acted on by the killed side worker=%d; lost=0 duplicated=0",
+	t.Logf("calls=%d kills=3 (2 while held, 1 mid-decisions) server_restarts=1 approved=%d denied=%d expired=%d (before the check: %d) "+
+		"decision_requests_resent=%d decisions_acted_on_by_the_killed_worker=%d lost=0 duplicated=0",
 		n, n/2, n/4, n-3*n/4, expiredEarly, retried.Load(), actedBySide)
 }
 
@@ -409,15 +418,18 @@ type auditTally struct {
 	answer   map[string][]protocol.AuditRecord
 }
 
-// complete says whether every call has its decision's record and its
-// answer's.
-func (a auditTally) complete(calls []heldCall) bool {
+// missing names the first call without its decision's record or its
+// answer's; nil when none is missing.
+func (a auditTally) missing(calls []heldCall) error {
 	for _, c := range calls {
-		if len(a.decision[c.id]) == 0 || len(a.answer[c.id]) == 0 {
-			return false
+		if len(a.decision[c.id]) == 0 {
+			return fmt.Errorf("%s: no decision record", c.id)
+		}
+		if len(a.answer[c.id]) == 0 {
+			return fmt.Errorf("%s: no record of its answer", c.id)
 		}
 	}
-	return true
+	return nil
 }
 
 // countAudit reads every stored audit record of echo and sorts those of
