@@ -52,9 +52,15 @@ run on a server of its own, a worker of -concurrency slots):
   fairness/many      -many-personalities keep -many-calls echo calls waiting
                      each, against as many calls of one personality: calls/s
 
+and the approvals scenario (a server and worker of its own too):
+
+  approvals/held     echo calls at saturation (-outstanding × -concurrency in
+                     flight), without and then with -held-calls calls held
+                     for approval: calls/s of each and their ratio
+
 -scenarios selects by full name (capstan-echo/saturate), name without the
-load (capstan-echo, fairness), system (raw, capstan) or load (saturate, rate,
-flood, weights, many).
+load (capstan-echo, fairness, approvals), system (raw, capstan) or load
+(saturate, rate, flood, weights, many, held).
 
 Flags:
 `
@@ -88,6 +94,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.IntVar(&cfg.WeightsWindows, "weights-windows", 0, "fairness/weights: windows measured, instead of -duration (default 3)")
 	fs.IntVar(&cfg.ManyPersonalities, "many-personalities", 0, "fairness/many: personalities with calls waiting (default 1000)")
 	fs.IntVar(&cfg.ManyCalls, "many-calls", 0, "fairness/many: calls each personality keeps waiting or running (default 20)")
+	fs.IntVar(&cfg.HeldCalls, "held-calls", 0, "approvals/held: calls held for approval during the second measure (default 1000)")
 	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios: names, names without the load, systems or loads (default all)")
 	fs.StringVar(&cfg.DataDir, "dir", "", "the embedded server's store (default a temporary directory, removed)")
 	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout, instead of the table)")

@@ -35,7 +35,7 @@ func TestHelpAndBadArguments(t *testing.T) {
 	require.NoError(t, run(context.Background(), []string{"-h"}, noEnv, &out, &errb))
 	require.Contains(t, errb.String(), "usage: capstan-bench")
 	require.Contains(t, errb.String(), "-scenarios")
-	for _, f := range []string{"-flood-backlog", "-flood-sleep-ms", "-weights-window", "-weights-windows", "-weights-sleep-ms", "-many-personalities", "-many-calls"} {
+	for _, f := range []string{"-flood-backlog", "-flood-sleep-ms", "-weights-window", "-weights-windows", "-weights-sleep-ms", "-many-personalities", "-many-calls", "-held-calls"} {
 		require.Contains(t, errb.String(), f)
 	}
 
@@ -56,6 +56,7 @@ func TestHelpAndBadArguments(t *testing.T) {
 		{"bad flood backlog", []string{"-flood-backlog", "-5"}, "flood backlog must be 1 to 1000000, got -5"},
 		{"bad weights window", []string{"-weights-window", "-1s"}, "weights window must be positive and weights windows at least 1, got -1s and 3"},
 		{"too many personalities", []string{"-many-personalities", "10000"}, "many personalities must be 1 to 9999, got 10000"},
+		{"bad held calls", []string{"-held-calls", "-2"}, "held calls must be 1 to 100000, got -2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

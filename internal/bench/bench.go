@@ -91,6 +91,8 @@ type Config struct {
 	// ManyCalls is the calls each of them keeps waiting or running;
 	// default 20.
 	ManyCalls int
+	// HeldCalls is the calls approvals/held puts on hold; default 1000.
+	HeldCalls int
 	// Scenarios selects scenarios by name ("capstan-echo/saturate"), name
 	// without the load ("capstan-echo"), system ("raw", "capstan") or load
 	// ("saturate", "rate"); empty runs them all.
@@ -127,6 +129,7 @@ func (c Config) withDefaults() Config {
 	c.WeightsWindows = cmp.Or(c.WeightsWindows, 3)
 	c.ManyPersonalities = cmp.Or(c.ManyPersonalities, 1000)
 	c.ManyCalls = cmp.Or(c.ManyCalls, 20)
+	c.HeldCalls = cmp.Or(c.HeldCalls, 1000)
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
@@ -174,13 +177,17 @@ func (c Config) validate() error {
 	if c.ManyCalls < 1 || c.ManyPersonalities*c.ManyCalls > 1_000_000 {
 		errs = append(errs, fmt.Errorf("many calls must be at least 1 and at most 1000000 in all, got %d for each of %d personalities", c.ManyCalls, c.ManyPersonalities))
 	}
+	if c.HeldCalls < 1 || c.HeldCalls > 100_000 {
+		errs = append(errs, fmt.Errorf("held calls must be 1 to 100000, got %d", c.HeldCalls))
+	}
 	return errors.Join(errs...)
 }
 
 // Scenario is one system under one load.
 type Scenario struct {
 	// Name is "<system>-<tool>[-traced]/<load>", e.g. "capstan-echo-traced/rate",
-	// or "fairness/<load>" for the scheduling scenarios.
+	// or "fairness/<load>" for the scheduling scenarios, "approvals/held"
+	// for the approvals one.
 	Name string `json:"name"`
 	// System is Raw or Capstan.
 	System string `json:"system"`
@@ -192,7 +199,7 @@ type Scenario struct {
 	// Concurrency is the worker's slots or the raw consumer's handlers.
 	Concurrency int `json:"concurrency"`
 	// Load is Saturate or Rate, or for the fairness scenarios Flood,
-	// Weights or Many.
+	// Weights or Many, or Held.
 	Load string `json:"load"`
 	// Outstanding is the calls kept in flight (Saturate).
 	Outstanding int `json:"outstanding,omitempty"`
@@ -203,6 +210,8 @@ type Scenario struct {
 	Backlog int `json:"backlog,omitempty"`
 	// Personalities is the number of personalities (the fairness scenarios).
 	Personalities int `json:"personalities,omitempty"`
+	// HeldCalls is the calls held for approval (approvals/held).
+	HeldCalls int `json:"held_calls,omitempty"`
 }
 
 // Family is the scenario's name without its load ("capstan-echo-traced").
@@ -210,6 +219,11 @@ func (s Scenario) Family() string {
 	f, _, _ := strings.Cut(s.Name, "/")
 	return f
 }
+
+// ownServer reports whether s runs on a server and worker of its own and
+// reports measures of its own (the fairness and approvals scenarios), not
+// a row of the raw and Capstan table.
+func (s Scenario) ownServer() bool { return s.Family() == Fairness || s.Family() == Approvals }
 
 // Scenarios returns every scenario of cfg, in run order.
 func Scenarios(cfg Config) []Scenario {
@@ -243,7 +257,7 @@ func Scenarios(cfg Config) []Scenario {
 			}
 		}
 	}
-	for _, s := range fairnessScenarios(cfg) {
+	for _, s := range append(fairnessScenarios(cfg), heldScenarios(cfg)...) {
 		if selected(s, cfg.Scenarios) {
 			out = append(out, s)
 		}
@@ -300,9 +314,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		for i, s := range runOrder(scenarios, r) {
 			batch := fmt.Sprintf("r%ds%d", r+1, i+1)
 			res, err := e.measure(ctx, cfg, s, batch)
-			if err != nil && s.Family() == Fairness && ctx.Err() == nil {
-				// A scheduling scenario that fails (calls never answered)
-				// is a finding: it is reported with its run.
+			if err != nil && s.ownServer() && ctx.Err() == nil {
+				// A scheduling or approvals scenario that fails (calls
+				// never answered or held) is a finding: it is reported
+				// with its run.
 				res, err = RunResult{Errors: 1, FirstError: err.Error()}, nil
 			}
 			if err != nil {
@@ -329,7 +344,7 @@ func reportConfig(cfg Config) ReportConfig {
 		Rate: cfg.Rate, ArgBytes: cfg.ArgBytes, SleepMS: cfg.SleepMS,
 		FloodBacklog: cfg.FloodBacklog, FloodSleepMS: cfg.FloodSleepMS, WeightsSleepMS: cfg.WeightsSleepMS,
 		WeightsWindow: Duration(cfg.WeightsWindow), WeightsWindows: cfg.WeightsWindows,
-		ManyPersonalities: cfg.ManyPersonalities, ManyCalls: cfg.ManyCalls, Storage: "file", ServerInProcess: cfg.ServerURL == "",
+		ManyPersonalities: cfg.ManyPersonalities, ManyCalls: cfg.ManyCalls, HeldCalls: cfg.HeldCalls, Storage: "file", ServerInProcess: cfg.ServerURL == "",
 		Scenarios: slices.Clone(cfg.Scenarios), Personality: personalityID, Tool: "echo", Prefix: protocol.DefaultPrefix,
 	}
 }

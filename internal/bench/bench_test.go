@@ -60,9 +60,9 @@ func TestRunSmoke(t *testing.T) {
 	for _, r := range rep.Ratios {
 		require.Positive(t, r.Throughput, r.Capstan)
 	}
-	require.Len(t, rep.Targets, 5)
+	require.Len(t, rep.Targets, 6)
 	for i, tg := range rep.Targets {
-		require.Equal(t, i >= 2, tg.Absent, "%s: only the fairness targets are not measured", tg.Name)
+		require.Equal(t, i >= 2, tg.Absent, "%s: only the fairness and approvals targets are not measured", tg.Name)
 	}
 	require.Contains(t, progress.String(), "capstan-echo-traced/saturate")
 
@@ -91,7 +91,9 @@ func TestScenarioSelection(t *testing.T) {
 		{"all", nil, []string{
 			"raw-echo/saturate", "capstan-echo/saturate", "capstan-echo-traced/saturate", "raw-sleep10/saturate", "capstan-sleep10/saturate",
 			"raw-echo/rate", "capstan-echo/rate", "capstan-echo-traced/rate", "raw-sleep10/rate", "capstan-sleep10/rate",
-			"fairness/flood", "fairness/weights", "fairness/many"}},
+			"fairness/flood", "fairness/weights", "fairness/many", "approvals/held"}},
+		{"approvals", []string{"approvals"}, []string{"approvals/held"}},
+		{"held", []string{"held"}, []string{"approvals/held"}},
 		{"fairness", []string{"fairness"}, []string{"fairness/flood", "fairness/weights", "fairness/many"}},
 		{"fairness load", []string{"weights", "capstan-echo/saturate"}, []string{"capstan-echo/saturate", "fairness/weights"}},
 		{"exact", []string{"capstan-echo/rate"}, []string{"capstan-echo/rate"}},
@@ -123,6 +125,8 @@ func TestConfigIsValidated(t *testing.T) {
 	require.ErrorContains(t, err, "flood and weights sleep ms must be 1 to 10000, got -2 and 10")
 	require.ErrorContains(t, err, "weights window must be positive and weights windows at least 1, got 10s and -1")
 	require.ErrorContains(t, err, "many calls must be at least 1 and at most 1000000 in all, got 200000 for each of 10 personalities")
+	_, err = bench.Run(context.Background(), bench.Config{HeldCalls: -1})
+	require.ErrorContains(t, err, "held calls must be 1 to 100000, got -1")
 	_, err = bench.Run(context.Background(), bench.Config{Scenarios: []string{"nope"}})
 	require.ErrorContains(t, err, `no scenario matches ["nope"]`)
 }
@@ -198,9 +202,9 @@ func TestFairnessSmoke(t *testing.T) {
 	require.Positive(t, m.FirstCallsMS)
 	require.Equal(t, m.ManyCallsPerSec, many.Runs[0].CallsPerSec)
 
-	require.Len(t, rep.Targets, 5)
+	require.Len(t, rep.Targets, 6)
 	for i, tg := range rep.Targets {
-		require.Equal(t, i < 2, tg.Absent, "%s: only the fairness targets are measured", tg.Name)
+		require.Equal(t, i < 2 || i == 5, tg.Absent, "%s: only the fairness targets are measured", tg.Name)
 	}
 
 	var js bytes.Buffer
@@ -216,6 +220,65 @@ func TestFairnessSmoke(t *testing.T) {
 	for _, s := range []string{"fairness/flood", "B behind A's backlog: p99 ms", "fairness/weights", "A/B per 200ms window (2 windows)",
 		"fairness/many", "10 personalities: calls/s", "target fairness/many throughput / one personality"} {
 		require.Contains(t, table.String(), s)
+	}
+	require.NotContains(t, table.String(), "p99.9 ms", "no table of the raw and Capstan scenarios")
+}
+
+// TestHeldSmoke runs approvals/held once, briefly and small, and checks
+// that it reports its measures. It never checks a timing threshold or the
+// ratio's value.
+func TestHeldSmoke(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := bench.Run(ctx, bench.Config{
+		Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, Repeats: 1, Scenarios: []string{bench.Held},
+		Concurrency: 4, ArgBytes: 256, HeldCalls: 50, DataDir: t.TempDir(), Progress: &progress,
+	})
+	require.NoError(t, err)
+	require.Len(t, rep.Scenarios, 1)
+	s := rep.Scenarios[0]
+	require.Equal(t, "approvals/held", s.Name)
+	require.Equal(t, 50, s.HeldCalls)
+	require.Equal(t, 8, s.Outstanding)
+	require.Len(t, s.Runs, 1)
+	r := s.Runs[0]
+	require.Zero(t, r.Errors, r.FirstError)
+	require.NotNil(t, r.Held)
+	h := r.Held
+	require.Equal(t, 50, h.Held)
+	require.Positive(t, h.WithoutCallsPerSec)
+	require.Positive(t, h.WithCallsPerSec)
+	require.Positive(t, h.AfterCallsPerSec)
+	require.Positive(t, h.Ratio)
+	require.Positive(t, h.HoldMS)
+	require.Equal(t, h.WithCallsPerSec, r.CallsPerSec)
+	require.Positive(t, r.Published)
+	require.NotNil(t, s.Held)
+	require.Equal(t, h.Ratio, s.Held.Ratio.Median)
+	require.Contains(t, progress.String(), "approvals/held")
+
+	require.Len(t, rep.Targets, 6)
+	for i, tg := range rep.Targets {
+		require.Equal(t, i < 5, tg.Absent, "%s: only the approvals target is measured", tg.Name)
+	}
+	require.Equal(t, h.Ratio, rep.Targets[5].Value)
+
+	var js bytes.Buffer
+	require.NoError(t, rep.WriteJSON(&js))
+	var back bench.Report
+	require.NoError(t, json.Unmarshal(js.Bytes(), &back), js.String())
+	require.Equal(t, *h, *back.Scenarios[0].Runs[0].Held)
+	require.Equal(t, 50, back.Config.HeldCalls)
+	require.Equal(t, 50, back.Scenarios[0].HeldCalls)
+
+	var table bytes.Buffer
+	require.NoError(t, rep.WriteTable(&table))
+	for _, want := range []string{"approvals/held", "before the calls are held: calls/s", "with 50 held: calls/s",
+		"after they are denied: calls/s", "ratio with / mean of before and after",
+		"target approvals/held throughput with calls held / without"} {
+		require.Contains(t, table.String(), want)
 	}
 	require.NotContains(t, table.String(), "p99.9 ms", "no table of the raw and Capstan scenarios")
 }

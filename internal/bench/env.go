@@ -199,6 +199,8 @@ func (e *env) measure(ctx context.Context, cfg Config, s Scenario, batch string)
 		return e.measureWeights(ctx, cfg, s, batch)
 	case Many:
 		return e.measureMany(ctx, cfg, s, batch)
+	case Held:
+		return e.measureHeld(ctx, cfg, s, batch)
 	}
 	sys, err := e.start(ctx, s)
 	if err != nil {

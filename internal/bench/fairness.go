@@ -119,6 +119,20 @@ func fairPersonality(id string, weight int) []byte {
 // storePersonalities puts the documents of ids (weight 1 unless weights
 // says otherwise) in the personalities bucket, 16 at a time.
 func storePersonalities(ctx context.Context, conn *bus.Conn, ids []string, weights map[string]int) error {
+	docs := make(map[string][]byte, len(ids))
+	for _, id := range ids {
+		w, ok := weights[id]
+		if !ok {
+			w = 1
+		}
+		docs[id] = fairPersonality(id, w)
+	}
+	return storeDocs(ctx, conn, docs)
+}
+
+// storeDocs puts docs (personality id → document) in the personalities
+// bucket, 16 at a time.
+func storeDocs(ctx context.Context, conn *bus.Conn, docs map[string][]byte) error {
 	kv, err := conn.KV(ctx, bus.Personalities)
 	if err != nil {
 		return fmt.Errorf("store personalities: %w", err)
@@ -127,15 +141,11 @@ func storePersonalities(ctx context.Context, conn *bus.Conn, ids []string, weigh
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
-	for _, id := range ids {
+	for id, doc := range docs {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			w, ok := weights[id]
-			if !ok {
-				w = 1
-			}
-			if _, err := kv.Put(ctx, id, fairPersonality(id, w)); err != nil {
+			if _, err := kv.Put(ctx, id, doc); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("store personality %s: %w", id, err))
 				mu.Unlock()
@@ -158,7 +168,25 @@ type fairRun struct {
 // new directory, under the run's data directory when it has one), stores
 // the personalities ids, and starts a worker of s.Concurrency slots.
 func (e *env) startFair(ctx context.Context, s Scenario, ids []string, weights map[string]int) (*fairRun, error) {
-	dir, err := os.MkdirTemp(e.dir, "capstan-bench-fairness-")
+	// The pool's default personality too: its consumer exists anyway (the
+	// worker opens it at start), and a worker without one warns.
+	docs := make(map[string][]byte, len(ids)+1)
+	for _, id := range append(slices.Clone(ids), "default") {
+		w, ok := weights[id]
+		if !ok {
+			w = 1
+		}
+		docs[id] = fairPersonality(id, w)
+	}
+	return e.startOwn(ctx, s, docs)
+}
+
+// startOwn starts a server of its own for one run (storing in a new
+// directory, under the run's data directory when it has one), stores docs
+// (personality id → document) besides the benchmark's personality, and
+// starts a worker of s.Concurrency slots.
+func (e *env) startOwn(ctx context.Context, s Scenario, docs map[string][]byte) (*fairRun, error) {
+	dir, err := os.MkdirTemp(e.dir, "capstan-bench-"+s.Family()+"-")
 	if err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -168,9 +196,7 @@ func (e *env) startFair(ctx context.Context, s Scenario, ids []string, weights m
 		return nil, err
 	}
 	r := &fairRun{e: fe, dir: dir}
-	// The pool's default personality too: its consumer exists anyway (the
-	// worker opens it at start), and a worker without one warns.
-	if err := storePersonalities(ctx, fe.conn, append(slices.Clone(ids), "default"), weights); err != nil {
+	if err := storeDocs(ctx, fe.conn, docs); err != nil {
 		r.stop()
 		return nil, err
 	}

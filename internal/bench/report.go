@@ -65,6 +65,7 @@ type ReportConfig struct {
 	WeightsWindows    int      `json:"weights_windows"`
 	ManyPersonalities int      `json:"many_personalities"`
 	ManyCalls         int      `json:"many_calls"`
+	HeldCalls         int      `json:"held_calls"`
 	Storage           string   `json:"storage"`
 	ServerInProcess   bool     `json:"server_in_process"`
 	Scenarios         []string `json:"scenarios,omitempty"`
@@ -118,6 +119,9 @@ type RunResult struct {
 	Flood   *FloodRun   `json:"flood,omitempty"`
 	Weights *WeightsRun `json:"weights,omitempty"`
 	Many    *ManyRun    `json:"many,omitempty"`
+	// Held is the measures of approvals/held; Calls and CallsPerSec are
+	// then the ordinary calls' with the held calls on hold.
+	Held *HeldRun `json:"held,omitempty"`
 }
 
 // progress is the run's line of progress.
@@ -133,6 +137,10 @@ func (r RunResult) progress() string {
 		m := r.Many
 		return fmt.Sprintf("%d personalities %.0f calls/s, one %.0f calls/s: %.3f×; first calls %.0f ms; one again %.0f calls/s  errors %d",
 			m.Personalities, m.ManyCallsPerSec, m.SingleCallsPerSec, m.Ratio, m.FirstCallsMS, m.SingleAfterCallsPerSec, r.Errors)
+	case r.Held != nil:
+		h := r.Held
+		return fmt.Sprintf("before %.0f calls/s, with %d held %.0f calls/s, after %.0f calls/s: %.3f×; held in %.0f ms  errors %d",
+			h.WithoutCallsPerSec, h.Held, h.WithCallsPerSec, h.AfterCallsPerSec, h.Ratio, h.HoldMS, r.Errors)
 	}
 	if r.Calls == 0 && r.FirstError != "" {
 		return "failed: " + r.FirstError
@@ -160,6 +168,8 @@ type Summary struct {
 	Flood   *FloodSummary   `json:"flood,omitempty"`
 	Weights *WeightsSummary `json:"weights,omitempty"`
 	Many    *ManySummary    `json:"many,omitempty"`
+	// Held summarizes approvals/held's runs.
+	Held *HeldSummary `json:"held,omitempty"`
 }
 
 // FloodSummary is fairness/flood over the repeats: B's time to result
@@ -296,6 +306,16 @@ func summarize(s Scenario, runs []RunResult) Summary {
 			SingleAfterCallsPerSec: stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Many.SingleAfterCallsPerSec) })),
 			Runs:                   len(runs),
 		}
+	case Held:
+		runs := valid(runs, func(r RunResult) bool { return r.Held != nil })
+		sum.Held = &HeldSummary{
+			WithoutCallsPerSec: stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Held.WithoutCallsPerSec) })),
+			WithCallsPerSec:    stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Held.WithCallsPerSec) })),
+			AfterCallsPerSec:   stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Held.AfterCallsPerSec) })),
+			Ratio:              stat(pickOf(runs, func(r RunResult) float64 { return r.Held.Ratio })),
+			HoldMS:             stat(pickOf(runs, func(r RunResult) float64 { return math.Round(r.Held.HoldMS) })),
+			Runs:               len(runs),
+		}
 	}
 	return sum
 }
@@ -336,7 +356,8 @@ func ratios(sums []Summary, sleepMS int) []Ratio {
 
 // targets checks the issues' goals: echo at saturation at least 0.8 of the
 // raw throughput, echo's p99 at the moderate rate at most 2 ms above raw,
-// and the scheduling goals (fairnessTargets).
+// the scheduling goals (fairnessTargets) and the approvals goal
+// (heldTarget).
 func targets(rs []Ratio, sums []Summary) []Target {
 	tput := Target{Name: "capstan-echo/saturate throughput / raw", Goal: ">= 0.8", Absent: true}
 	p99 := Target{Name: "capstan-echo/rate p99 - raw p99 (ms)", Goal: "<= 2", Absent: true}
@@ -348,7 +369,7 @@ func targets(rs []Ratio, sums []Summary) []Target {
 			p99.Value, p99.Met, p99.Absent = r.P99DeltaMS, r.P99DeltaMS <= 2, false
 		}
 	}
-	return append([]Target{tput, p99}, fairnessTargets(sums)...)
+	return append(append([]Target{tput, p99}, fairnessTargets(sums)...), heldTarget(sums))
 }
 
 // fairnessTargets checks the scheduling goals (scheduling.md): B's p99
@@ -379,6 +400,19 @@ func fairnessTargets(sums []Summary) []Target {
 	return []Target{flood, weights, many}
 }
 
+// heldTarget checks the approvals goal (approvals.md: a held call takes no
+// slot): the ordinary calls' throughput with the held calls on hold at
+// least 0.95 of it without (the mean of before and after).
+func heldTarget(sums []Summary) Target {
+	t := Target{Name: "approvals/held throughput with calls held / without", Goal: ">= 0.95", Absent: true}
+	for _, s := range sums {
+		if s.Held != nil {
+			t.Value, t.Met, t.Absent = s.Held.Ratio.Median, s.Held.Runs > 0 && s.Held.Ratio.Median >= 0.95, false
+		}
+	}
+	return t
+}
+
 func round(v float64, digits int) float64 {
 	p := math.Pow(10, float64(digits))
 	return math.Round(v*p) / p
@@ -403,11 +437,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "capstan-bench: %d repeats of %s (after %s warm-up), %d CPUs, %s, nats-server %s %s, file storage, %d-byte args\n\n",
 		r.Config.Repeats, time.Duration(r.Config.Duration), time.Duration(r.Config.Warmup), r.CPUs, r.GoVersion, r.NATSServer, where, r.Config.ArgBytes)
 	tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
-	if slices.ContainsFunc(r.Scenarios, func(s Summary) bool { return s.Family() != Fairness }) {
+	if slices.ContainsFunc(r.Scenarios, func(s Summary) bool { return !s.ownServer() }) {
 		fmt.Fprintln(tw, "scenario\tslots\tload\tcalls/s (min–max)\tp50 ms\tp99 ms\tp99.9 ms\terrors\t")
 	}
 	for _, s := range r.Scenarios {
-		if s.Family() == Fairness {
+		if s.ownServer() {
 			continue
 		}
 		load := fmt.Sprintf("%d in flight", s.Outstanding)
@@ -432,6 +466,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	if err := r.writeFairness(&b); err != nil {
+		return err
+	}
+	if err := r.writeHeld(&b); err != nil {
 		return err
 	}
 	b.WriteString("\n")
@@ -509,6 +546,35 @@ func (r *Report) writeFairness(b *strings.Builder) error {
 	}
 	for _, f := range failed {
 		fmt.Fprintf(b, "%s\n", f)
+	}
+	return nil
+}
+
+// writeHeld writes approvals/held's table, when it ran: the ordinary
+// calls' throughput before, with and after the held calls, and the ratio.
+func (r *Report) writeHeld(b *strings.Builder) error {
+	for _, s := range r.Scenarios {
+		if s.Held == nil {
+			continue
+		}
+		h := s.Held
+		b.WriteString("\n")
+		tw := tabwriter.NewWriter(b, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "approvals\tmeasure\tmedian (min–max)\t")
+		fmt.Fprintf(tw, "%s\t%d slots, %d echo calls in flight; then %d calls held for approval\t\t\n", s.Name, s.Concurrency, s.Outstanding, s.HeldCalls)
+		fmt.Fprintf(tw, "\tbefore the calls are held: calls/s\t%s\t\n", span(h.WithoutCallsPerSec, 0))
+		fmt.Fprintf(tw, "\twith %d held: calls/s\t%s\t\n", s.HeldCalls, span(h.WithCallsPerSec, 0))
+		fmt.Fprintf(tw, "\tafter they are denied: calls/s\t%s\t\n", span(h.AfterCallsPerSec, 0))
+		fmt.Fprintf(tw, "\tratio with / mean of before and after\t%s\t\n", span(h.Ratio, 3))
+		fmt.Fprintf(tw, "\tevery call held, ms\t%s\t\n", span(h.HoldMS, 0))
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, run := range s.Runs {
+			if run.FirstError != "" {
+				fmt.Fprintf(b, "%s run %d: %d errors, the first: %s\n", s.Name, run.Repeat, run.Errors, run.FirstError)
+			}
+		}
 	}
 	return nil
 }
