@@ -36,7 +36,9 @@ import (
 
 // personalities are stored before the worker starts. "gated" grants what
 // the weather tool declares; "strict" does not; "researcher" is a tenant's
-// personality with a small toolset.
+// personality with a small toolset. "ops" holds echo calls whose text is
+// "pay" or "refund" for approval by alice or bob (test/approvals.test.ts);
+// "opsself" holds every echo call and lets its caller decide it.
 var personalities = map[string]string{
 	"default":    "id: default\n",
 	"researcher": "id: researcher\ntoolset: [echo, web]\n",
@@ -44,6 +46,9 @@ var personalities = map[string]string{
 		"safety:\n  network:\n    allow: [\"*.example.com\"]\nfs_reach:\n  read: [/srv]\n",
 	"strict": "id: strict\ntoolset: [echo, weather]\npermissions: [\"weather:read\"]\n" +
 		"safety:\n  network:\n    allow: [\"example.com\"]\n",
+	"ops": "id: ops\ntoolset: [echo]\napproval:\n  require:\n    - tool: echo\n      when: {text: [pay, refund]}\n" +
+		"  timeout: 1h\n  approvers: [alice, bob]\n",
+	"opsself": "id: opsself\ntoolset: [echo]\napproval:\n  require: [{tool: echo}]\n  self: true\n",
 }
 
 // weather is a tool behind a permission, a declared host and a declared
