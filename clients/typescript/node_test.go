@@ -299,8 +299,11 @@ func TestTypeScriptClientAsTenant(t *testing.T) {
 		"CAPSTAN_HTTP_ADDR=127.0.0.1:0", "CAPSTAN_SHUTDOWN_GRACE=2s", "CAPSTAN_SECRETS_BACKEND=none", "CAPSTAN_LOG_FORMAT=json")
 	w.Stdout, w.Stderr = &logs, &logs
 	require.NoError(t, w.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- w.Wait() }()
+	// exited is closed once the worker has exited (waitErr says how), so
+	// that both the wait for readiness and the clean-up may see it.
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = w.Wait(); close(exited) }()
 	defer func() {
 		_ = w.Process.Signal(syscall.SIGTERM)
 		select {
@@ -324,8 +327,8 @@ func TestTypeScriptClientAsTenant(t *testing.T) {
 			break
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("the worker exited: %v\n%s", err, logs.String())
+		case <-exited:
+			t.Fatalf("the worker exited: %v\n%s", waitErr, logs.String())
 		default:
 		}
 		if time.Now().After(deadline) {
