@@ -36,7 +36,9 @@ import (
 
 // personalities are stored before the worker starts. "gated" grants what
 // the weather tool declares; "strict" does not; "researcher" is a tenant's
-// personality with a small toolset.
+// personality with a small toolset. "ops" holds echo calls whose text is
+// "pay" or "refund" for approval by alice or bob (test/approvals.test.ts);
+// "opsself" holds every echo call and lets its caller decide it.
 var personalities = map[string]string{
 	"default":    "id: default\n",
 	"researcher": "id: researcher\ntoolset: [echo, web]\n",
@@ -44,6 +46,9 @@ var personalities = map[string]string{
 		"safety:\n  network:\n    allow: [\"*.example.com\"]\nfs_reach:\n  read: [/srv]\n",
 	"strict": "id: strict\ntoolset: [echo, weather]\npermissions: [\"weather:read\"]\n" +
 		"safety:\n  network:\n    allow: [\"example.com\"]\n",
+	"ops": "id: ops\ntoolset: [echo]\napproval:\n  require:\n    - tool: echo\n      when: {text: [pay, refund]}\n" +
+		"  timeout: 1h\n  approvers: [alice, bob]\n",
+	"opsself": "id: opsself\ntoolset: [echo]\napproval:\n  require: [{tool: echo}]\n  self: true\n",
 }
 
 // weather is a tool behind a permission, a declared host and a declared
@@ -295,8 +300,11 @@ func TestTypeScriptClientAsTenant(t *testing.T) {
 		"CAPSTAN_HTTP_ADDR=127.0.0.1:0", "CAPSTAN_SHUTDOWN_GRACE=2s", "CAPSTAN_SECRETS_BACKEND=none", "CAPSTAN_LOG_FORMAT=json")
 	w.Stdout, w.Stderr = &logs, &logs
 	require.NoError(t, w.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- w.Wait() }()
+	// exited is closed once the worker has exited (waitErr says how), so
+	// that both the wait for readiness and the clean-up may see it.
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = w.Wait(); close(exited) }()
 	defer func() {
 		_ = w.Process.Signal(syscall.SIGTERM)
 		select {
@@ -320,8 +328,8 @@ func TestTypeScriptClientAsTenant(t *testing.T) {
 			break
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("the worker exited: %v\n%s", err, logs.String())
+		case <-exited:
+			t.Fatalf("the worker exited: %v\n%s", waitErr, logs.String())
 		default:
 		}
 		if time.Now().After(deadline) {

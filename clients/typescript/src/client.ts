@@ -22,6 +22,17 @@ import {
   type JetStreamManager,
 } from "@nats-io/jetstream";
 import { Kvm, type KvWatchEntry } from "@nats-io/kv";
+import {
+  approvalRequest,
+  decide,
+  findHold,
+  listDecisions,
+  listHolds,
+  type ApproveOptions,
+  type DecidedCall,
+  type Decision,
+  type DenyOptions,
+} from "./approvals.js";
 import { readBlob } from "./blob.js";
 import {
   AbortError,
@@ -40,15 +51,18 @@ import {
   DEFAULT_TURN_BUDGET_CHARS,
   HEADER_PROTOCOL,
   Names,
+  PROGRESS_KIND_APPROVAL_REQUIRED,
   PROTOCOL_VERSION,
   RESULT_MISSING,
   checkToken,
   encodeCall,
   failure,
   newID,
+  type ApprovalRequest,
   type Audience,
   type Call,
   type CatalogEntry,
+  type Hold,
   type Progress,
   type Result,
 } from "./protocol.js";
@@ -88,6 +102,12 @@ export interface ClientOptions {
   inboxPrefix?: string;
   /** How long executeParallel waits for a call without timeout_ms; default 70 000 ms. */
   defaultWaitMs?: number;
+  /**
+   * The decider's name that approve, deny, approveOwn and denyOwn send when
+   * they are given none: default the CAPSTAN_APPROVER_NAME environment
+   * variable, else options.user, else "local" (approvals.md).
+   */
+  approverName?: string;
   /** Aborts the connection attempt and the first read of the catalog. */
   signal?: AbortSignal;
 }
@@ -116,6 +136,14 @@ export interface Turn {
 
 /** Options of the single-call waits. */
 export interface WaitOptions {
+  signal?: AbortSignal;
+}
+
+/** Options of approvalRequests(). */
+export interface ApprovalRequestsOptions {
+  /** Deliver the stored events (kept 1 h) before new ones; default only new ones. */
+  fromStart?: boolean;
+  /** Ends the iteration. */
   signal?: AbortSignal;
 }
 
@@ -150,6 +178,7 @@ class Core {
     readonly jsm: JetStreamManager,
     readonly names: Names,
     readonly defaultWaitMs: number,
+    readonly approverName: string,
   ) {}
 }
 
@@ -198,6 +227,9 @@ export class CapstanClient {
     if (opts.defaultWaitMs !== undefined && !(opts.defaultWaitMs >= 0)) {
       problems.push(`options.defaultWaitMs must not be negative, got ${opts.defaultWaitMs}`);
     }
+    if (opts.approverName !== undefined && opts.approverName === "") {
+      problems.push("options.approverName must not be empty when set");
+    }
     if (problems.length > 0) throw new TypeError("capstan: " + problems.join("; "));
     opts.signal?.throwIfAborted();
 
@@ -224,7 +256,7 @@ export class CapstanClient {
     await loadOTel();
     try {
       const core = new Core(nc, jetstream(nc), await jetstreamManager(nc, { checkAPI: false }), new Names(prefix),
-        opts.defaultWaitMs || DEFAULT_WAIT_MS);
+        opts.defaultWaitMs || DEFAULT_WAIT_MS, opts.approverName || process.env.CAPSTAN_APPROVER_NAME || opts.user || "local");
       const c = new CapstanClient(core, personality);
       await c.#watchCatalog(opts.signal);
       return c;
@@ -545,6 +577,95 @@ export class CapstanClient {
     } finally {
       opts.signal?.removeEventListener("abort", onAbort);
       tail.stop();
+    }
+  }
+
+  // --- approvals -----------------------------------------------------------
+
+  /**
+   * The calls held for a person's approval (pending only: a decided call
+   * leaves the list), of one personality or of every personality when none
+   * is given, oldest first. It reads the approvals bucket
+   * (`<prefix>_approvals`, keys `hold.<personality>.<call>`): an approver's
+   * NATS user may, a tenant's may not.
+   */
+  async holds(personality?: string, opts: WaitOptions = {}): Promise<Hold[]> {
+    this.#open();
+    return listHolds(this.#core, personality, opts.signal);
+  }
+
+  /**
+   * The stored decisions (approved, denied, expired, cancelled, deadline)
+   * of one personality or of all, newest first: the approvals history (kept
+   * 8 days). Read as holds reads.
+   */
+  async decisions(personality?: string, opts: WaitOptions = {}): Promise<DecidedCall[]> {
+    this.#open();
+    return listDecisions(this.#core, personality, opts.signal);
+  }
+
+  /** The held call callID, of whichever personality, or undefined when it is not held. */
+  async findHold(callID: string, opts: WaitOptions = {}): Promise<Hold | undefined> {
+    this.#open();
+    return findHold(this.#core, callID, opts.signal);
+  }
+
+  /**
+   * Approves the held call callID, bound to the hash of its arguments
+   * (`args_sha256` of its Hold or ApprovalRequest): the call runs once, with
+   * exactly those arguments. The request goes to
+   * `<p>.approval.decide.<personality>.<call>`, the personality read from
+   * the hold. Resolves to the stored Decision; a refusal ("approval does not
+   * match the call's arguments", "already approved by alice", "no held call
+   * <call_id>", "<by> is not an approver of personality <p>
+   * (approval.approvers)") rejects with DecisionRefusedError, no worker
+   * answering with NoWorkerError.
+   */
+  async approve(callID: string, argsSHA256: string, opts: ApproveOptions = {}): Promise<Decision> {
+    this.#open();
+    return decide(this.#core, callID, false, "",
+      approvalRequest(true, argsSHA256, opts.reason ?? "", opts.by || this.#core.approverName), opts);
+  }
+
+  /**
+   * Denies the held call callID with a reason (required, at most 500
+   * characters): its result is not_available, `APPROVAL_DENIED: <reason>`.
+   * Refusals and errors as in approve.
+   */
+  async deny(callID: string, reason: string, opts: DenyOptions = {}): Promise<Decision> {
+    this.#open();
+    return decide(this.#core, callID, false, "", approvalRequest(false, "", reason, opts.by || this.#core.approverName), opts);
+  }
+
+  /**
+   * approve as the call's own caller: a held call of this client's
+   * personality, on `<p>.approval.self.<personality>.<call>`. The workers
+   * accept it only when the personality sets `approval.self: true`; it is
+   * the one decision request a tenant's NATS user may send. It reads no
+   * bucket.
+   */
+  async approveOwn(callID: string, argsSHA256: string, opts: ApproveOptions = {}): Promise<Decision> {
+    this.#open();
+    return decide(this.#core, callID, true, this.personality,
+      approvalRequest(true, argsSHA256, opts.reason ?? "", opts.by || this.#core.approverName), opts);
+  }
+
+  /** deny as the call's own caller: see approveOwn. */
+  async denyOwn(callID: string, reason: string, opts: DenyOptions = {}): Promise<Decision> {
+    this.#open();
+    return decide(this.#core, callID, true, this.personality,
+      approvalRequest(false, "", reason, opts.by || this.#core.approverName), opts);
+  }
+
+  /**
+   * The approval of every approval_required progress event of this
+   * client's personality (audience user) as an async iterator: one per
+   * call held. An event says a call was held; whether it still is, holds
+   * and findHold say. Ends as progress ends (signal, break).
+   */
+  async *approvalRequests(opts: ApprovalRequestsOptions = {}): AsyncGenerator<ApprovalRequest, void, undefined> {
+    for await (const p of this.progress({ audience: "user", fromStart: opts.fromStart, signal: opts.signal })) {
+      if (p.kind === PROGRESS_KIND_APPROVAL_REQUIRED && p.approval) yield p.approval;
     }
   }
 

@@ -136,6 +136,42 @@ export class BlobCorruptError extends ClientError {
   }
 }
 
+/**
+ * The workers refused a decision on a held call (or the client did, for
+ * the same reason, before asking them): the call is not held ("no held
+ * call <call_id>"), was decided already ("already approved by alice"), the
+ * hash names other arguments ("approval does not match the call's
+ * arguments"), or the decider may not decide ("<by> is not an approver of
+ * personality <p> (approval.approvers)"). `reason` is that message, as the
+ * workers give it; the Go client's DecisionRefusedError.
+ */
+export class DecisionRefusedError extends CapstanError {
+  override name = "DecisionRefusedError";
+  /** The call the decision was about. */
+  readonly callID: string;
+  /** Why it was refused: the workers' message. */
+  readonly reason: string;
+  constructor(callID: string, reason: string) {
+    super(`capstan: call ${callID}: ${reason}`);
+    this.callID = callID;
+    this.reason = reason;
+  }
+}
+
+/**
+ * No worker answers decision requests (none is connected, or the subject
+ * is not served): the Go client's ErrNoWorker.
+ */
+export class NoWorkerError extends ClientError {
+  override name = "NoWorkerError";
+  /** The call the decision was about. */
+  readonly callID: string;
+  constructor(callID: string, options?: { cause?: unknown }) {
+    super(`capstan: decide ${callID}: no worker answers decision requests`, options);
+    this.callID = callID;
+  }
+}
+
 // --- helpers of the client modules (not exported by the package) ---------
 
 /** A bus error as a ClientError (PermissionDeniedError when the server refused for lack of permission). */

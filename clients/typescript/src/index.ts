@@ -3,7 +3,9 @@
 // formats (see ./envelope).
 
 export { CapstanClient, UnknownPersonalityError, DEFAULT_WAIT_MS, WAIT_SLACK_MS } from "./client.js";
-export type { ClientOptions, Turn, WaitOptions, ProgressOptions } from "./client.js";
+export type { ClientOptions, Turn, WaitOptions, ProgressOptions, ApprovalRequestsOptions } from "./client.js";
+export { DECIDE_TIMEOUT_MS } from "./approvals.js";
+export type { ApproveOptions, DecidedCall, Decision, DenyOptions } from "./approvals.js";
 export {
   AbortError,
   BlobCorruptError,
@@ -11,9 +13,11 @@ export {
   CancelledError,
   CapstanError,
   ClientError,
+  DecisionRefusedError,
   ExecutionFailedError,
   InputInvalidError,
   NoBlobError,
+  NoWorkerError,
   NotAvailableError,
   PermissionDeniedError,
   ResultMissingError,
@@ -23,6 +27,8 @@ export {
   unwrap,
 } from "./errors.js";
 export {
+  APPROVAL_APPROVED,
+  APPROVAL_DENIED,
   AUDIENCES,
   BLOB_PART_ERROR,
   BLOB_PART_STRUCTURED,
@@ -34,8 +40,10 @@ export {
   DEFAULT_POOL,
   DEFAULT_PREFIX,
   DEFAULT_TURN_BUDGET_CHARS,
+  MAX_APPROVAL_REASON,
   MAX_CALL_BYTES,
   Names,
+  PROGRESS_KIND_APPROVAL_REQUIRED,
   PROTOCOL_VERSION,
   RESULT_MISSING,
   blobChunkSubject,
@@ -44,6 +52,9 @@ export {
   failure,
   newID,
   validToken,
+} from "./protocol.js";
+export type {
+  ApprovalDecision, ApprovalGrant, ApprovalRequest, ApprovalStamp, ApprovalSummary, Hold,
 } from "./protocol.js";
 export type { Audience, BlobPart, BlobRef, Call, CatalogEntry, Code, Progress, Result } from "./protocol.js";
 export { mayCall, parsePersonality, permissionMatch } from "./personality.js";

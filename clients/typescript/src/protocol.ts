@@ -149,6 +149,89 @@ export interface Progress {
   audience: Audience;
   seq: number;
   time: string;
+  /** Empty for a tool's own event; "approval_required" for the event of a call held for approval. */
+  kind?: string;
+  /** Set on an event of kind "approval_required": the held call. */
+  approval?: ApprovalRequest;
+}
+
+/** Progress.kind of the event a worker publishes (audiences user and dashboard) when it holds a call. */
+export const PROGRESS_KIND_APPROVAL_REQUIRED = "approval_required";
+
+/**
+ * What a person (or the clock) decided about a held call. A person decides
+ * "approved" or "denied"; "expired" (no decision within approval.timeout),
+ * "cancelled" and "deadline" end a hold without one.
+ */
+export type ApprovalDecision = "approved" | "denied" | "expired" | "cancelled" | "deadline";
+export const APPROVAL_APPROVED = "approved";
+export const APPROVAL_DENIED = "denied";
+/** Longest reason of a decision, in characters (code points). */
+export const MAX_APPROVAL_REASON = 500;
+
+/**
+ * The reach a held call gets once approved (approvals.md): hosts it may
+ * connect to, path roots it may read and write, binaries it may start,
+ * secret refs it may use, its key-value scopes. A list the tool does not
+ * declare is empty.
+ */
+export interface ApprovalGrant {
+  hosts: string[];
+  read_paths: string[];
+  write_paths: string[];
+  binaries: string[];
+  secrets: string[];
+  kv: string[];
+}
+
+/**
+ * What a person looks at before deciding: the validated arguments (secret
+ * values the worker knows redacted) and the grant the call would get.
+ */
+export interface ApprovalSummary {
+  args: Record<string, unknown> | null;
+  grant: ApprovalGrant;
+}
+
+/**
+ * The approval of a progress event of kind "approval_required": the held
+ * call, the hash of its arguments a decision must name (argsSHA256 below),
+ * when the hold expires (RFC 3339), and what the call would do.
+ */
+export interface ApprovalRequest {
+  call_id: string;
+  tool: string;
+  args_sha256: string;
+  expires_at: string;
+  summary: ApprovalSummary;
+}
+
+/**
+ * A call held for approval, as `dispatcher approvals list --json` prints it
+ * and CapstanClient.holds lists it. Times are RFC 3339.
+ */
+export interface Hold {
+  call_id: string;
+  batch_id: string;
+  personality_id: string;
+  tool: string;
+  args_sha256: string;
+  held_at: string;
+  expires_at: string;
+  summary: ApprovalSummary;
+}
+
+/**
+ * The approval of an audit record: who decided what about the call's
+ * arguments, and when. It never holds argument values.
+ */
+export interface ApprovalStamp {
+  decision: ApprovalDecision | string;
+  by?: string;
+  at: string;
+  args_sha256: string;
+  /** A denial's or a cancellation's reason. */
+  reason?: string;
 }
 
 /** A tool's definition in the capstan_tools bucket (protocol.md, "Tool catalog"). */
@@ -207,6 +290,22 @@ export class Names {
   get personalitiesBucket(): string { return this.prefix + "_personalities"; }
   /** The Object Store bucket of large outputs; its stream is "OBJ_" + this. */
   get blobsBucket(): string { return this.prefix + "_blobs"; }
+  /** The KV bucket of held calls and decisions; its stream is "KV_" + this. */
+  get approvalsBucket(): string { return this.prefix + "_approvals"; }
+
+  /** <p>.approval.decide.<personality>.<call>: an approver's decision request. */
+  approvalSubject(personality: string, call: string): string {
+    return `${this.prefix}.approval.decide.${tok("personality", personality)}.${tok("call_id", call)}`;
+  }
+
+  /**
+   * <p>.approval.self.<personality>.<call>: a decision request of the
+   * caller's own session (workers accept it only when the personality sets
+   * approval.self).
+   */
+  approvalSelfSubject(personality: string, call: string): string {
+    return `${this.prefix}.approval.self.${tok("personality", personality)}.${tok("call_id", call)}`;
+  }
 
   /** <p>.call.<pool>.<personality>.<tool> */
   callSubject(pool: string, personality: string, tool: string): string {
