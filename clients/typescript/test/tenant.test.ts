@@ -8,7 +8,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  CancelledError, CapstanClient, ClientError, DecisionRefusedError, PermissionDeniedError, type Call, type Progress,
+  CancelledError, CapstanClient, ClientError, PermissionDeniedError, type Call, type Progress,
 } from "../src/index.js";
 import { unique } from "./helpers.js";
 
@@ -109,13 +109,13 @@ describe("a tenant's NATS user against the real worker binary", { skip: noTenant
     assert.equal(await c.run(echo("still here")), "still here");
   });
 
-  test("approvals: its own decision requests reach a worker; the bucket and the approver's subject do not", async () => {
+  test("approvals: the server refuses a tenant every decision its personality was not granted, and the bucket", async () => {
     const wait = { signal: AbortSignal.timeout(15_000) };
     const call = unique("call");
-    // researcher has no approval section: the worker answers, and refuses.
-    await assert.rejects(c.approveOwn(call, "0".repeat(64), wait), (e: unknown) =>
-      e instanceof DecisionRefusedError && e.reason === "personality researcher has no approval section");
-    await assert.rejects(c.denyOwn(call, "no", wait), DecisionRefusedError);
+    // deploy/nats grants self decisions to tenant-support only (its
+    // personality approves its own calls); researcher's are refused.
+    await assert.rejects(c.approveOwn(call, "0".repeat(64), wait), denied);
+    await assert.rejects(c.denyOwn(call, "no", wait), denied);
     // The held calls are an approver's to read, and so are other personalities' self subjects.
     await assert.rejects(c.holds(undefined, wait), denied);
     await assert.rejects(c.findHold(call, wait), denied);
