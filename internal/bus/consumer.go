@@ -210,7 +210,7 @@ func (p *PoolConsumer) Fetch(ctx context.Context, n int, wait time.Duration, fn 
 		if errors.Is(err, context.DeadlineExceeded) {
 			return 0, nil
 		}
-		return 0, fmt.Errorf("bus: fetch: %w", err)
+		return 0, fetchError(err)
 	}
 	got := 0
 	for m := range batch.Messages() {
@@ -218,7 +218,7 @@ func (p *PoolConsumer) Fetch(ctx context.Context, n int, wait time.Duration, fn 
 		fn(newMsg(m))
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, jetstream.ErrNoMessages) && !isMaxAckPending(err) {
-		return got, fmt.Errorf("bus: fetch: %w", err)
+		return got, fetchError(err)
 	}
 	return got, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -42,6 +43,14 @@ func (c *Conn) PersonalityConsumer(ctx context.Context, pool, personality string
 	name := protocol.PersonalityConsumer(pool, personality)
 	cfg := consumerConfig(name, "Capstan pool "+pool+", personality "+personality, filter, maxDeliver, ackWait)
 	cfg.MaxAckPending = MaxAckPending
+	// The consumer's state (what it delivered, what is acknowledged) in the
+	// server's memory: on a work-queue stream an acknowledged call is gone
+	// from the stream, so the stream itself is the durable record, and
+	// state files written per consumer were most of the server's work with
+	// many personalities (docs/benchmarks.md, "1,000 personalities"). A
+	// server restart forgets the consumer; the scheduler opens it again
+	// (ErrConsumerGone) and the calls still in the stream are delivered.
+	cfg.MemoryStorage = true
 	if maxInFlight > 0 {
 		cfg.MaxAckPending = maxInFlight
 	}
@@ -84,7 +93,7 @@ func (p *PoolConsumer) FetchNoWait(ctx context.Context, n int, fn func(*Msg)) (g
 		if ctx.Err() != nil {
 			return 0, false, ctx.Err()
 		}
-		return 0, false, fmt.Errorf("bus: fetch: %w", err)
+		return 0, false, fetchError(err)
 	}
 	for m := range batch.Messages() {
 		got++
@@ -95,9 +104,22 @@ func (p *PoolConsumer) FetchNoWait(ctx context.Context, n int, fn func(*Msg)) (g
 	case isMaxAckPending(err):
 		return got, true, nil
 	default:
-		return got, false, fmt.Errorf("bus: fetch: %w", err)
+		return got, false, fetchError(err)
 	}
 	return got, false, nil
+}
+
+// ErrConsumerGone is returned by a fetch from a consumer the server no
+// longer has (deleted, or forgotten by a restart: its state is in memory).
+var ErrConsumerGone = errors.New("the consumer does not exist (any more)")
+
+// fetchError wraps a fetch's error; a pull that nobody answers, or that
+// the server answers "consumer not found", is ErrConsumerGone.
+func fetchError(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+		return fmt.Errorf("bus: fetch: %w: %w", ErrConsumerGone, err)
+	}
+	return fmt.Errorf("bus: fetch: %w", err)
 }
 
 // Name is the consumer's durable name.

@@ -60,3 +60,38 @@ func TestPersonalityConsumers(t *testing.T) {
 	_, err = c.PersonalityConsumer(ctxT(t), "default", "b", 5, time.Second, 0)
 	require.ErrorContains(t, err, "ack wait must be at least")
 }
+
+// TestPersonalityConsumerStateInMemory: a personality's consumer keeps its
+// state in the server's memory (the work-queue stream is the durable
+// record); a fetch from a consumer the server no longer has is
+// ErrConsumerGone, and opening the consumer again delivers the calls the
+// stream still holds.
+func TestPersonalityConsumerStateInMemory(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	c := bustest.Conn(t, url, "")
+	nc, err := nats.Connect(url, nkey(t, url))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	p, err := c.PersonalityConsumer(ctxT(t), "default", "m", 5, bus.DefaultAckWait, 0)
+	require.NoError(t, err)
+	cons, err := js.Consumer(ctxT(t), "CAPSTAN_CALLS", "default~m")
+	require.NoError(t, err)
+	require.True(t, cons.CachedInfo().Config.MemoryStorage)
+
+	_, err = c.Publish(ctxT(t), "capstan.call.default.m.echo", []byte(`{}`), nil, "gone-1")
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteConsumer(ctxT(t), "CAPSTAN_CALLS", "default~m"))
+	_, _, err = p.FetchNoWait(ctxT(t), 1, func(*bus.Msg) {})
+	require.ErrorIs(t, err, bus.ErrConsumerGone)
+	_, err = p.Fetch(ctxT(t), 1, time.Second, func(*bus.Msg) {})
+	require.ErrorIs(t, err, bus.ErrConsumerGone)
+
+	p, err = c.PersonalityConsumer(ctxT(t), "default", "m", 5, bus.DefaultAckWait, 0)
+	require.NoError(t, err)
+	got, err := p.Fetch(ctxT(t), 1, 10*time.Second, func(m *bus.Msg) { require.NoError(t, m.Ack(ctxT(t))) })
+	require.NoError(t, err)
+	require.Equal(t, 1, got, "the call the stream held is delivered by the consumer opened again")
+}

@@ -3,6 +3,8 @@ package sched
 import (
 	"cmp"
 	"context"
+	"errors"
+	"github.com/capstanhq/capstan/internal/bus"
 	"math"
 	"slices"
 	"sync"
@@ -211,9 +213,7 @@ func (s *Scheduler) fetchNow(ctx context.Context, plan []grant) int {
 				g.l.pending, g.l.waiting = false, 0
 			}
 			s.mu.Unlock()
-			if err != nil && ctx.Err() == nil {
-				s.warn(ctx, "fetch failed for personality "+g.l.personality, err)
-			}
+			s.fetchFailed(ctx, g.l, err)
 			mu.Lock()
 			total += got
 			mu.Unlock()
@@ -282,13 +282,25 @@ func (s *Scheduler) startPolls(ctx context.Context, polls []grant, n int) {
 			s.mu.Lock()
 			g.l.polling = false
 			s.mu.Unlock()
-			if err != nil && ctx.Err() == nil {
-				s.warn(ctx, "fetch failed for personality "+g.l.personality, err)
-			}
+			s.fetchFailed(ctx, g.l, err)
 			s.signal()
 		})
 	}
 	s.release(n - given)
+}
+
+// fetchFailed handles a lane's failed fetch: a consumer the server no
+// longer has (its state is in the server's memory, so a restart forgets
+// it) is opened again; any other failure is warned about.
+func (s *Scheduler) fetchFailed(ctx context.Context, l *lane, err error) {
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case errors.Is(err, bus.ErrConsumerGone):
+		s.cfg.Log.InfoContext(ctx, "the calls consumer of personality "+l.personality+" is gone (a server restart?); opening it again")
+		s.ensureLane(ctx, l.personality)
+	default:
+		s.warn(ctx, "fetch failed for personality "+l.personality, err)
+	}
 }
 
 // warn logs a failing bus operation at most once per errorBackoff and

@@ -18,6 +18,9 @@ type fakeQueue struct {
 	waiting  []string
 	inFlight int
 	cap      int
+	// gone: the server forgot the consumer (a restart; its state is in
+	// memory) until Lane opens it again.
+	gone bool
 }
 
 func (q *fakeQueue) take(n int, fn func(*bus.Msg)) (got int, capped bool) {
@@ -40,12 +43,24 @@ func (q *fakeQueue) take(n int, fn func(*bus.Msg)) (got int, capped bool) {
 	return len(out), capped
 }
 
+func (q *fakeQueue) isGone() bool {
+	q.f.mu.Lock()
+	defer q.f.mu.Unlock()
+	return q.gone
+}
+
 func (q *fakeQueue) FetchNoWait(_ context.Context, n int, fn func(*bus.Msg)) (int, bool, error) {
+	if q.isGone() {
+		return 0, false, bus.ErrConsumerGone
+	}
 	got, capped := q.take(n, fn)
 	return got, capped, nil
 }
 
 func (q *fakeQueue) Fetch(ctx context.Context, n int, wait time.Duration, fn func(*bus.Msg)) (int, error) {
+	if q.isGone() {
+		return 0, bus.ErrConsumerGone
+	}
 	deadline := time.Now().Add(wait)
 	total := 0
 	for total < n && time.Now().Before(deadline) && ctx.Err() == nil {
@@ -88,6 +103,7 @@ func (f *fakeBus) Lane(_ context.Context, p string, maxInFlight int) (Consumer, 
 	defer f.mu.Unlock()
 	q := f.queue(p)
 	q.cap = maxInFlight
+	q.gone = false
 	f.lanes = append(f.lanes, p)
 	return q, nil
 }
@@ -343,4 +359,35 @@ func TestPlanSharesByStride(t *testing.T) {
 	plan = s.plan(3)
 	require.Len(t, plan, 1)
 	require.Equal(t, "c", plan[0].l.personality)
+}
+
+// TestGoneConsumerIsOpenedAgain: a lane whose consumer the server forgot
+// (consumer state in memory, and a server restart) is opened again, and
+// its calls are delivered.
+func TestGoneConsumerIsOpenedAgain(t *testing.T) {
+	t.Parallel()
+	f := newFakeBus()
+	f.publish("a", "1")
+	ch := run(t, f, 2, nil)
+	first := next(t, ch)
+	require.Equal(t, "1", first.id)
+	first.done()
+	f.mu.Lock()
+	f.queues["a"].gone = true
+	f.mu.Unlock()
+	f.publish("a", "2", "3")
+	for _, want := range []string{"2", "3"} {
+		s := next(t, ch)
+		require.Equal(t, want, s.id)
+		s.done()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	opened := 0
+	for _, p := range f.lanes {
+		if p == "a" {
+			opened++
+		}
+	}
+	require.GreaterOrEqual(t, opened, 2, "the lane was opened again")
 }
