@@ -51,6 +51,11 @@ func (c *Conn) PersonalityConsumer(ctx context.Context, pool, personality string
 	// server restart forgets the consumer; the scheduler opens it again
 	// (ErrConsumerGone) and the calls still in the stream are delivered.
 	cfg.MemoryStorage = true
+	// A consumer nobody pulled from, with no delivery in flight, for
+	// LaneInactiveThreshold is deleted by the server: a personality that
+	// went quiet costs nothing (every ack of a work-queue stream asks
+	// every consumer). Its lane opens again with its next call.
+	cfg.InactiveThreshold = LaneInactiveThreshold
 	if maxInFlight > 0 {
 		cfg.MaxAckPending = maxInFlight
 	}
@@ -108,6 +113,11 @@ func (p *PoolConsumer) FetchNoWait(ctx context.Context, n int, fn func(*Msg)) (g
 	}
 	return got, false, nil
 }
+
+// LaneInactiveThreshold is how long a personality's consumer lives without
+// a pull and without a delivery in flight (the server waits for the last
+// delivery's AckWait before it starts counting).
+const LaneInactiveThreshold = 5 * time.Minute
 
 // ErrConsumerGone is returned by a fetch from a consumer the server no
 // longer has (deleted, or forgotten by a restart: its state is in memory).

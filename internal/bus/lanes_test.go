@@ -80,6 +80,7 @@ func TestPersonalityConsumerStateInMemory(t *testing.T) {
 	cons, err := js.Consumer(ctxT(t), "CAPSTAN_CALLS", "default~m")
 	require.NoError(t, err)
 	require.True(t, cons.CachedInfo().Config.MemoryStorage)
+	require.Equal(t, bus.LaneInactiveThreshold, cons.CachedInfo().Config.InactiveThreshold, "the server deletes it when idle")
 
 	_, err = c.Publish(ctxT(t), "capstan.call.default.m.echo", []byte(`{}`), nil, "gone-1")
 	require.NoError(t, err)

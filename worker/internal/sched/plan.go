@@ -67,7 +67,8 @@ func (s *Scheduler) discoverIfDue(ctx context.Context) {
 		// Personalities of the policy get a lane before their first
 		// call, so that call finds a poll waiting for it.
 		for _, p := range s.cfg.Known() {
-			if _, ok := s.lanes[p]; !ok && !slices.Contains(refresh, p) {
+			_, retired := s.retired[p]
+			if _, ok := s.lanes[p]; !ok && !retired && !slices.Contains(refresh, p) {
 				refresh = append(refresh, p)
 			}
 		}
@@ -109,6 +110,7 @@ func (s *Scheduler) ensureLane(ctx context.Context, p string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.retired, p)
 	if l, ok := s.lanes[p]; ok {
 		l.cons, l.pol = cons, pol
 		return
@@ -296,11 +298,30 @@ func (s *Scheduler) fetchFailed(ctx context.Context, l *lane, err error) {
 	switch {
 	case err == nil || ctx.Err() != nil:
 	case errors.Is(err, bus.ErrConsumerGone):
+		if s.retire(l) {
+			s.cfg.Log.DebugContext(ctx, "the idle calls consumer of personality "+l.personality+" is gone; its lane comes back with its next call")
+			return
+		}
 		s.cfg.Log.InfoContext(ctx, "the calls consumer of personality "+l.personality+" is gone (a server restart?); opening it again")
 		s.ensureLane(ctx, l.personality)
 	default:
 		s.warn(ctx, "fetch failed for personality "+l.personality, err)
 	}
+}
+
+// retire forgets l when its consumer is gone and it has no call waiting or
+// running here: the server deletes a consumer nobody pulled from for
+// bus.LaneInactiveThreshold, so that idle personalities cost the server
+// nothing. It reports whether it did.
+func (s *Scheduler) retire(l *lane) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.pending || l.running > 0 || s.lanes[l.personality] != l {
+		return false
+	}
+	delete(s.lanes, l.personality)
+	s.retired[l.personality] = struct{}{}
+	return true
 }
 
 // warn logs a failing bus operation at most once per errorBackoff and

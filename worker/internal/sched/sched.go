@@ -93,8 +93,12 @@ type Config struct {
 type Scheduler struct {
 	cfg Config
 
-	mu        sync.Mutex
-	lanes     map[string]*lane
+	mu    sync.Mutex
+	lanes map[string]*lane
+	// retired are the personalities whose idle consumer the server
+	// deleted (bus.LaneInactiveThreshold): their lanes come back when calls
+	// wait, not merely because the policy knows them.
+	retired   map[string]struct{}
 	discover  time.Time // when discovery is next due
 	lastError time.Time
 	wake      chan struct{}
@@ -128,7 +132,7 @@ func New(cfg Config) *Scheduler {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Scheduler{cfg: cfg, lanes: map[string]*lane{}, wake: make(chan struct{}, 1)}
+	return &Scheduler{cfg: cfg, lanes: map[string]*lane{}, retired: map[string]struct{}{}, wake: make(chan struct{}, 1)}
 }
 
 // Run pulls calls for free slots until ctx ends, then waits for its pulls

@@ -145,6 +145,17 @@ func run(t *testing.T, f *fakeBus, slots int, policies map[string]Policy) <-chan
 // runScheduler is run, returning the scheduler too.
 func runScheduler(t *testing.T, f *fakeBus, slots int, policies map[string]Policy) (<-chan started, *Scheduler) {
 	t.Helper()
+	return runSchedulerWith(t, f, slots, policies, nil)
+}
+
+// runSchedulerKnown is runScheduler with the personalities the policy knows.
+func runSchedulerKnown(t *testing.T, f *fakeBus, slots int, known []string) (<-chan started, *Scheduler) {
+	t.Helper()
+	return runSchedulerWith(t, f, slots, nil, func() []string { return known })
+}
+
+func runSchedulerWith(t *testing.T, f *fakeBus, slots int, policies map[string]Policy, known func() []string) (<-chan started, *Scheduler) {
+	t.Helper()
 	out := make(chan started, 10000)
 	sl := make(chan struct{}, slots)
 	s := New(Config{
@@ -160,6 +171,7 @@ func runScheduler(t *testing.T, f *fakeBus, slots int, policies map[string]Polic
 			}
 			return DefaultPolicy
 		},
+		Known:         known,
 		BusyDiscovery: time.Millisecond, IdleDiscovery: 5 * time.Millisecond,
 		IdleWait: 20 * time.Millisecond, SharedIdleWait: 5 * time.Millisecond,
 	})
@@ -390,4 +402,35 @@ func TestGoneConsumerIsOpenedAgain(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, opened, 2, "the lane was opened again")
+}
+
+// TestIdleLaneIsRetiredAndComesBackWithItsNextCall: the server deletes the
+// consumer of a personality that went quiet (bus.LaneInactiveThreshold);
+// the scheduler then forgets its lane, even though the policy knows the
+// personality, until a call of it waits.
+func TestIdleLaneIsRetiredAndComesBackWithItsNextCall(t *testing.T) {
+	t.Parallel()
+	f := newFakeBus()
+	f.publish("quiet", "1")
+	ch, s := runSchedulerKnown(t, f, 2, []string{"quiet"})
+	hasLane := func() bool {
+		for _, l := range s.Lanes() {
+			if l.Personality == "quiet" {
+				return true
+			}
+		}
+		return false
+	}
+	first := next(t, ch)
+	require.Equal(t, "1", first.id)
+	first.done()
+	f.mu.Lock()
+	f.queues["quiet"].gone = true
+	f.mu.Unlock()
+	require.Eventually(t, func() bool { return !hasLane() }, 10*time.Second, time.Millisecond, "the idle lane is retired")
+	f.publish("quiet", "2")
+	second := next(t, ch)
+	require.Equal(t, "2", second.id, "a waiting call brings the lane back")
+	second.done()
+	require.True(t, hasLane())
 }
