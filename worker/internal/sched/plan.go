@@ -65,8 +65,15 @@ func (s *Scheduler) discoverIfDue(ctx context.Context) {
 	}
 	if s.cfg.Known != nil {
 		// Personalities of the policy get a lane before their first
-		// call, so that call finds a poll waiting for it.
-		for _, p := range s.cfg.Known() {
+		// call, so that call finds a poll waiting for it; not when there
+		// are more than maxKnownLanes of them: every consumer costs the
+		// server work on every ack, and most of many personalities are
+		// idle at any moment (their lanes come with their calls).
+		known := s.cfg.Known()
+		if len(known) > maxKnownLanes {
+			known = nil
+		}
+		for _, p := range known {
 			_, retired := s.retired[p]
 			if _, ok := s.lanes[p]; !ok && !retired && !slices.Contains(refresh, p) {
 				refresh = append(refresh, p)
@@ -122,6 +129,10 @@ func (s *Scheduler) ensureLane(ctx context.Context, p string) {
 		s.cfg.Log.WarnContext(ctx, "more personalities with calls than the scheduler serves well", "lanes", len(s.lanes), "max", maxLanes)
 	}
 }
+
+// maxKnownLanes is the most personalities of the policy that get lanes
+// before their first call.
+const maxKnownLanes = 64
 
 // maxLanes is the number of lanes past which the scheduler warns: each lane
 // is a consumer on the server and a poll or a pull on every round.

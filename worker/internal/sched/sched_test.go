@@ -2,6 +2,7 @@ package sched
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -433,4 +434,28 @@ func TestIdleLaneIsRetiredAndComesBackWithItsNextCall(t *testing.T) {
 	require.Equal(t, "2", second.id, "a waiting call brings the lane back")
 	second.done()
 	require.True(t, hasLane())
+}
+
+// TestKnownPersonalitiesGetLanesOnlyWhenFew: the personalities of the
+// policy get lanes before their first call when there are at most
+// maxKnownLanes of them; with more, only those with calls waiting do.
+func TestKnownPersonalitiesGetLanesOnlyWhenFew(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{3, maxKnownLanes + 1} {
+		known := make([]string, n)
+		for i := range known {
+			known[i] = fmt.Sprintf("k%03d", i)
+		}
+		f := newFakeBus()
+		f.publish("k000", "1")
+		ch, s := runSchedulerKnown(t, f, 2, known)
+		c := next(t, ch)
+		c.done()
+		want := 1
+		if n <= maxKnownLanes {
+			want = n
+			require.Eventually(t, func() bool { return len(s.Lanes()) == n }, 10*time.Second, time.Millisecond)
+		}
+		require.Len(t, s.Lanes(), want, "%d known personalities", n)
+	}
 }
