@@ -1,0 +1,112 @@
+package observe_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/capstanhq/capstan/internal/bus"
+	"github.com/capstanhq/capstan/internal/protocol"
+	"github.com/capstanhq/capstan/internal/telemetry"
+	"github.com/capstanhq/capstan/internal/telemetry/otelsetup"
+	"github.com/capstanhq/capstan/worker/internal/observe"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// discard counts the spans it is given and keeps none.
+type discard struct{ n atomic.Uint64 }
+
+func (d *discard) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	d.n.Add(uint64(len(spans)))
+	return nil
+}
+
+func (d *discard) Shutdown(context.Context) error { return nil }
+
+// BenchmarkCallTelemetry is the telemetry of one echo call as the worker
+// makes it (callexec): the consumer span, the policy, execute_tool and
+// reduce phases, the result's producer span with its headers, the metrics.
+// "traced" exports every span as capstan-bench's traced scenario does (an
+// always-on sampler, a DropQueue in front of a batch processor); "untraced"
+// has a no-op tracer provider.
+func BenchmarkCallTelemetry(b *testing.B) {
+	names, err := protocol.NewNames("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	subject, err := names.CallSubject("default", "bench", "echo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, traced := range []bool{true, false} {
+		name := "untraced"
+		if traced {
+			name = "traced"
+		}
+		b.Run(name, func(b *testing.B) {
+			var tp trace.TracerProvider = noop.NewTracerProvider()
+			exp := &discard{}
+			if traced {
+				q := otelsetup.NewDropQueue(sdktrace.NewBatchSpanProcessor(exp, sdktrace.WithBlocking()), 0, nil)
+				sdk := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(q))
+				b.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
+				tp = sdk
+			}
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+			o, err := observe.New(observe.Config{TracerProvider: tp, MeterProvider: mp, Names: names, Pool: "default",
+				WorkerID: "bench-worker", Hosted: func(string) bool { return true }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			hdr := bus.Header{protocol.HeaderProtocol: {protocol.Version}}
+			if traced {
+				hdr.Set(protocol.HeaderTraceparent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+			}
+			m := &bus.Msg{Subject: subject, Header: hdr, Deliveries: 1}
+			call := &protocol.Call{CallID: "01JBENCHCALL0000000000000", BatchID: "01JBENCHBATCH000000000000", Tool: "echo", PersonalityID: "bench"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				oneCall(o, names, m, call)
+			}
+		})
+	}
+}
+
+// oneCall makes the telemetry of one answered call, in the order and with
+// the calls of worker/internal/callexec.
+func oneCall(o *observe.Observer, names protocol.Names, m *bus.Msg, call *protocol.Call) {
+	ctx, cs := o.StartCall(m)
+	cs.Decoded(call)
+	pctx, policy := o.Phase(ctx, "policy")
+	_ = pctx
+	policy.SetAttributes(telemetry.AttrPersonality.String(call.PersonalityID))
+	policy.SetAttributes(telemetry.AttrDecision.String(protocol.DecisionAllowed))
+	policy.End()
+	_, exec := o.Phase(ctx, "execute_tool "+call.Tool,
+		telemetry.GenAIOperationName.String(telemetry.OpExecuteTool), telemetry.GenAIToolName.String(call.Tool),
+		telemetry.GenAIToolCallID.String(call.CallID), telemetry.GenAIToolType.String("function"))
+	exec.End()
+	_, reduce := o.Phase(ctx, "reduce")
+	reduce.SetAttributes(telemetry.AttrTruncated.Bool(false))
+	reduce.End()
+	subject, _ := names.ResultSubject(call.PersonalityID, call.BatchID, call.CallID)
+	sctx, span := o.StartPublish(ctx, subject, call.CallID)
+	h := bus.Header{protocol.HeaderProtocol: {protocol.Version}}
+	if v := m.Header.Get(protocol.HeaderTraceparent); v != "" {
+		h.Set(protocol.HeaderTraceparent, v)
+	}
+	telemetry.Inject(sctx, h)
+	span.SetAttributes(semconv.MessagingMessageBodySize(1147))
+	observe.EndPublish(span, nil)
+	res := &protocol.Result{CallID: call.CallID, OK: true}
+	o.RecordAnswer(ctx, call.Tool, res, protocol.DecisionAllowed)
+	cs.Outcome = "ok"
+	cs.End()
+	_ = codes.Ok
+}
