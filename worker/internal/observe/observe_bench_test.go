@@ -10,10 +10,8 @@ import (
 	"github.com/capstanhq/capstan/internal/telemetry"
 	"github.com/capstanhq/capstan/internal/telemetry/otelsetup"
 	"github.com/capstanhq/capstan/worker/internal/observe"
-	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -83,30 +81,27 @@ func BenchmarkCallTelemetry(b *testing.B) {
 func oneCall(o *observe.Observer, names protocol.Names, m *bus.Msg, call *protocol.Call) {
 	ctx, cs := o.StartCall(m)
 	cs.Decoded(call)
-	pctx, policy := o.Phase(ctx, "policy")
-	_ = pctx
-	policy.SetAttributes(telemetry.AttrPersonality.String(call.PersonalityID))
-	policy.SetAttributes(telemetry.AttrDecision.String(protocol.DecisionAllowed))
+	_, policy := o.Phase(ctx, "policy")
+	observe.SetAttributes(policy, telemetry.AttrPersonality.String(call.PersonalityID), telemetry.AttrDecision.String(protocol.DecisionAllowed))
 	policy.End()
-	_, exec := o.Phase(ctx, "execute_tool "+call.Tool,
-		telemetry.GenAIOperationName.String(telemetry.OpExecuteTool), telemetry.GenAIToolName.String(call.Tool),
-		telemetry.GenAIToolCallID.String(call.CallID), telemetry.GenAIToolType.String("function"))
+	_, exec := o.ExecuteTool(ctx, call.Tool, call.CallID)
 	exec.End()
 	_, reduce := o.Phase(ctx, "reduce")
-	reduce.SetAttributes(telemetry.AttrTruncated.Bool(false))
+	observe.SetAttributes(reduce, telemetry.AttrTruncated.Bool(false))
 	reduce.End()
 	subject, _ := names.ResultSubject(call.PersonalityID, call.BatchID, call.CallID)
 	sctx, span := o.StartPublish(ctx, subject, call.CallID)
 	h := bus.Header{protocol.HeaderProtocol: {protocol.Version}}
-	if v := m.Header.Get(protocol.HeaderTraceparent); v != "" {
-		h.Set(protocol.HeaderTraceparent, v)
+	if !trace.SpanContextFromContext(sctx).IsValid() {
+		if v := m.Header.Get(protocol.HeaderTraceparent); v != "" {
+			h.Set(protocol.HeaderTraceparent, v)
+		}
 	}
 	telemetry.Inject(sctx, h)
-	span.SetAttributes(semconv.MessagingMessageBodySize(1147))
-	observe.EndPublish(span, nil)
+	span.SetBodySize(1147)
+	span.End(nil)
 	res := &protocol.Result{CallID: call.CallID, OK: true}
 	o.RecordAnswer(ctx, call.Tool, res, protocol.DecisionAllowed)
 	cs.Outcome = "ok"
 	cs.End()
-	_ = codes.Ok
 }
