@@ -297,6 +297,14 @@ func (o *Observer) ExecuteTool(ctx context.Context, tool, callID string) (contex
 	return ctx, span
 }
 
+// sampledOut reports whether ctx carries a span started in this process
+// that records nothing.
+func sampledOut(ctx context.Context) bool {
+	span := trace.SpanFromContext(ctx)
+	sc := span.SpanContext()
+	return sc.IsValid() && !sc.IsRemote() && !span.IsRecording()
+}
+
 // PublishSpan is the producer span of a result's publication. Its
 // attributes are set when it ends, in one call.
 type PublishSpan struct {
@@ -309,10 +317,13 @@ type PublishSpan struct {
 
 // StartPublish starts the producer span of a result publication, named
 // after the subject template ("send <p>.result.{personality}.{batch_id}.{call_id}"):
-// the real subject holds ids. With a no-op tracer provider no span is
-// started and ctx is returned as is.
+// the real subject holds ids. With a no-op tracer provider, or under a
+// span of this worker that records nothing (a call sampled out, see
+// Phase), no span is started and ctx is returned as is: the result then
+// carries that span's context. Under a remote parent alone (an abandoned
+// call's result) the sampler decides.
 func (o *Observer) StartPublish(ctx context.Context, subject, callID string) (context.Context, PublishSpan) {
-	if !o.tracing {
+	if !o.tracing || sampledOut(ctx) {
 		return ctx, PublishSpan{span: noSpan}
 	}
 	ctx, span := o.tracer.Start(ctx, o.publishName, producerStart...)

@@ -199,8 +199,16 @@ func TestSampledOutCallsRecordNothing(t *testing.T) {
 	h := map[string][]string{}
 	telemetry.Inject(sctx, h)
 	publish.End(nil)
-	require.Len(t, h["traceparent"], 1)
-	require.Contains(t, h["traceparent"][0], "0af7651916cd43dd8448eb211c80319c")
+	require.Equal(t, []string{"00-0af7651916cd43dd8448eb211c80319c-" + cs.Span.SpanContext().SpanID().String() + "-00"}, h["traceparent"],
+		"the result carries the unrecorded consumer span's context")
+
+	// An abandoned call's result has only the remote parent: the sampler
+	// decides, and a sampled parent gets its span.
+	rctx := telemetry.Extract(context.Background(), map[string][]string{"traceparent": {sampledParent}})
+	_, publish = f.o.StartPublish(rctx, "capstan.result.bench.b1.c1", "c1")
+	publish.End(nil)
+	require.Len(t, rec.Ended(), 1)
+	require.Equal(t, "b7ad6b7169203331", rec.Ended()[0].Parent().SpanID().String())
 }
 
 // TestNoopTracerProviderStartsNoSpan checks that under a no-op tracer
