@@ -30,8 +30,10 @@ func (d *discard) Shutdown(context.Context) error { return nil }
 // makes it (callexec): the consumer span, the policy, execute_tool and
 // reduce phases, the result's producer span with its headers, the metrics.
 // "traced" exports every span as capstan-bench's traced scenario does (an
-// always-on sampler, a DropQueue in front of a batch processor); "untraced"
-// has a no-op tracer provider.
+// always-on sampler, a DropQueue in front of a batch processor);
+// "sampled-out" has the same provider with a worker binary's default
+// sampler (by the parent) and a call whose traceparent is not sampled;
+// "untraced" has a no-op tracer provider.
 func BenchmarkCallTelemetry(b *testing.B) {
 	names, err := protocol.NewNames("")
 	if err != nil {
@@ -41,17 +43,17 @@ func BenchmarkCallTelemetry(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, traced := range []bool{true, false} {
-		name := "untraced"
-		if traced {
-			name = "traced"
-		}
+	for _, name := range []string{"traced", "sampled-out", "untraced"} {
 		b.Run(name, func(b *testing.B) {
 			var tp trace.TracerProvider = noop.NewTracerProvider()
 			exp := &discard{}
-			if traced {
+			if name != "untraced" {
+				sampler := sdktrace.AlwaysSample()
+				if name == "sampled-out" {
+					sampler = sdktrace.ParentBased(sampler)
+				}
 				q := otelsetup.NewDropQueue(sdktrace.NewBatchSpanProcessor(exp, sdktrace.WithBlocking()), 0, nil)
-				sdk := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(q))
+				sdk := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(q))
 				b.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
 				tp = sdk
 			}
@@ -62,8 +64,11 @@ func BenchmarkCallTelemetry(b *testing.B) {
 				b.Fatal(err)
 			}
 			hdr := bus.Header{protocol.HeaderProtocol: {protocol.Version}}
-			if traced {
+			switch name {
+			case "traced":
 				hdr.Set(protocol.HeaderTraceparent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+			case "sampled-out":
+				hdr.Set(protocol.HeaderTraceparent, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
 			}
 			m := &bus.Msg{Subject: subject, Header: hdr, Deliveries: 1}
 			call := &protocol.Call{CallID: "01JBENCHCALL0000000000000", BatchID: "01JBENCHBATCH000000000000", Tool: "echo", PersonalityID: "bench"}
