@@ -13,25 +13,28 @@ const DefaultSpanQueueSize = 2048
 
 // DropQueue is a span processor that never blocks the code ending a span: it
 // hands ended spans to the next processor (a blocking batch processor) from
-// its own goroutine through a bounded queue, and when that queue is full it
-// drops the span and counts it. A collector that is down or slow therefore
-// costs memory up to the two queues, never call latency.
+// its own goroutine, and when it already holds size spans it drops the span
+// and counts it. A collector that is down or slow therefore costs memory up
+// to the two queues, never call latency.
+//
+// Ending a span appends it to a slice under a mutex; the goroutine is woken
+// only when that slice goes from empty to not empty, and then hands on
+// everything gathered meanwhile, so a busy worker wakes it once per batch of
+// spans rather than once per span.
 type DropQueue struct {
 	next   sdktrace.SpanProcessor
 	onDrop func()
-	queue  chan item
+	size   int
+	wake   chan struct{} // holds a token when the goroutine has work
 
-	mu      sync.RWMutex // guards closing queue against OnEnd and ForceFlush
-	closed  bool
-	dropped atomic.Uint64
-	done    chan struct{}
-	once    sync.Once
-}
-
-// item is a span to hand on, or a flush marker (flushed set).
-type item struct {
-	span    sdktrace.ReadOnlySpan
-	flushed chan struct{}
+	mu       sync.Mutex
+	pending  []sdktrace.ReadOnlySpan // ended spans not yet taken by the goroutine
+	handing  int                     // spans the goroutine took and is handing on
+	flushes  []chan struct{}         // closed once what was queued before them is handed on
+	closed   bool
+	dropped  atomic.Uint64
+	done     chan struct{}
+	shutOnce sync.Once
 }
 
 var _ sdktrace.SpanProcessor = (*DropQueue)(nil)
@@ -43,19 +46,47 @@ func NewDropQueue(next sdktrace.SpanProcessor, size int, onDrop func()) *DropQue
 	if size <= 0 {
 		size = DefaultSpanQueueSize
 	}
-	q := &DropQueue{next: next, onDrop: onDrop, queue: make(chan item, size), done: make(chan struct{})}
+	q := &DropQueue{next: next, onDrop: onDrop, size: size, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go q.run()
 	return q
 }
 
+// signal wakes the goroutine, or leaves the token it has not taken yet.
+func (q *DropQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run hands on the spans gathered since it last looked, with the batch's
+// flush markers, until the queue is shut down and drained.
 func (q *DropQueue) run() {
 	defer close(q.done)
-	for it := range q.queue {
-		if it.flushed != nil {
-			close(it.flushed)
-			continue
+	var batch []sdktrace.ReadOnlySpan
+	for range q.wake {
+		for {
+			q.mu.Lock()
+			batch, q.pending = q.pending, batch[:0]
+			q.handing = len(batch)
+			flushes := q.flushes
+			q.flushes = nil
+			closed := q.closed
+			q.mu.Unlock()
+			if len(batch) == 0 && len(flushes) == 0 {
+				if closed {
+					return
+				}
+				break
+			}
+			for _, s := range batch {
+				q.next.OnEnd(s)
+			}
+			clear(batch) // keep no span alive
+			for _, f := range flushes {
+				close(f)
+			}
 		}
-		q.next.OnEnd(it.span)
 	}
 }
 
@@ -70,18 +101,24 @@ func (q *DropQueue) OnEnd(s sdktrace.ReadOnlySpan) {
 	if !s.SpanContext().IsSampled() {
 		return
 	}
-	q.mu.RLock()
-	defer q.mu.RUnlock()
+	q.mu.Lock()
 	if q.closed {
+		q.mu.Unlock()
 		return
 	}
-	select {
-	case q.queue <- item{span: s}:
-	default:
+	if len(q.pending)+q.handing >= q.size {
+		q.mu.Unlock()
 		q.dropped.Add(1)
 		if q.onDrop != nil {
 			q.onDrop()
 		}
+		return
+	}
+	q.pending = append(q.pending, s)
+	first := len(q.pending) == 1
+	q.mu.Unlock()
+	if first {
+		q.signal()
 	}
 }
 
@@ -91,19 +128,15 @@ func (q *DropQueue) Dropped() uint64 { return q.dropped.Load() }
 // ForceFlush waits until every span queued before it reached the next
 // processor, then flushes that one, within ctx.
 func (q *DropQueue) ForceFlush(ctx context.Context) error {
-	q.mu.RLock()
+	q.mu.Lock()
 	if q.closed {
-		q.mu.RUnlock()
+		q.mu.Unlock()
 		return nil
 	}
 	flushed := make(chan struct{})
-	select {
-	case q.queue <- item{flushed: flushed}:
-		q.mu.RUnlock()
-	case <-ctx.Done():
-		q.mu.RUnlock()
-		return ctx.Err()
-	}
+	q.flushes = append(q.flushes, flushed)
+	q.mu.Unlock()
+	q.signal()
 	select {
 	case <-flushed:
 	case <-ctx.Done():
@@ -115,11 +148,11 @@ func (q *DropQueue) ForceFlush(ctx context.Context) error {
 // Shutdown stops taking spans, hands the queued ones on and shuts the next
 // processor down, within ctx.
 func (q *DropQueue) Shutdown(ctx context.Context) error {
-	q.once.Do(func() {
+	q.shutOnce.Do(func() {
 		q.mu.Lock()
 		q.closed = true
-		close(q.queue)
 		q.mu.Unlock()
+		q.signal()
 	})
 	select {
 	case <-q.done:

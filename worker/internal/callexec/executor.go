@@ -15,6 +15,7 @@ import (
 	"github.com/capstanhq/capstan/worker/internal/cancelbook"
 	"github.com/capstanhq/capstan/worker/internal/lease"
 	"github.com/capstanhq/capstan/worker/internal/observe"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Executor takes one delivered call from decode to ack, and owns one slot
@@ -471,7 +472,14 @@ func (e *Executor) lostRace() {
 // it has a valid one, else the call's own.
 func (s *Services) header(ctx context.Context, callHeader bus.Header) bus.Header {
 	h := bus.Header{protocol.HeaderProtocol: {protocol.Version}}
+	// The call's own headers are copied only where Inject will not write
+	// the span context of ctx: it writes the traceparent of a valid one,
+	// and its tracestate when it has one.
+	sc := trace.SpanContextFromContext(ctx)
 	for _, k := range []string{protocol.HeaderTraceparent, protocol.HeaderTracestate} {
+		if sc.IsValid() && (k == protocol.HeaderTraceparent || sc.TraceState().Len() > 0) {
+			continue
+		}
 		// A trace header longer than W3C asks to propagate is dropped: it
 		// would eat into the room of the result.
 		if v := callHeader.Get(k); v != "" && len(v) <= maxTraceHeader {

@@ -49,14 +49,15 @@ func (e *Executor) process() outcome {
 		o, _ = e.approvalGate(gctx, call, &a)
 		cancel()
 	}
-	if a.p != nil {
-		policy.SetAttributes(telemetry.AttrPersonality.String(a.p.ID))
-	}
 	decision := cmp.Or(o.decision, protocol.DecisionAllowed)
 	if o.held {
 		decision = "held"
 	}
-	policy.SetAttributes(telemetry.AttrDecision.String(decision))
+	if a.p != nil {
+		observe.SetAttributes(policy, telemetry.AttrPersonality.String(a.p.ID), telemetry.AttrDecision.String(decision))
+	} else {
+		observe.SetAttributes(policy, telemetry.AttrDecision.String(decision))
+	}
 	if o.infra != nil {
 		policy.SetStatus(codes.Error, "infrastructure fault")
 	}
@@ -181,9 +182,8 @@ func (e *Executor) runTool(ctx context.Context, call *protocol.Call, r *cancelbo
 	h, tc := a.h, a.tc
 	// 10. Dry run: nothing runs.
 	if call.DryRun {
-		cs := observe.CallSpanFrom(ctx)
-		if cs != nil {
-			cs.Span.SetAttributes(telemetry.AttrDryRun.Bool(true))
+		if cs := observe.CallSpanFrom(ctx); cs != nil {
+			cs.DryRun()
 		}
 		text, err := shape.DryRun(call.Tool, call.Args)
 		if err != nil {
@@ -192,9 +192,7 @@ func (e *Executor) runTool(ctx context.Context, call *protocol.Call, r *cancelbo
 		return outcome{result: protocol.Result{CallID: call.CallID, BatchID: call.EffectiveBatchID(), Tool: call.Tool, OK: true, Value: text}, decision: protocol.DecisionDryRun}
 	}
 	// 11. Execute, in the execute_tool span; accessor denials are its events.
-	ectx, exec := s.obs.Phase(ctx, "execute_tool "+h.Name,
-		telemetry.GenAIOperationName.String(telemetry.OpExecuteTool), telemetry.GenAIToolName.String(h.Name),
-		telemetry.GenAIToolCallID.String(call.CallID), telemetry.GenAIToolType.String("function"))
+	ectx, exec := s.obs.ExecuteTool(ctx, h.Name, call.CallID)
 	rec := &denials{onAdd: func(code string) { s.obs.Denied(ectx, exec, "accessor", code) }}
 	s.attach(tc, a.grant, rec)
 	s.obs.TraceAccessors(tc)
@@ -246,7 +244,7 @@ func (e *Executor) runTool(ctx context.Context, call *protocol.Call, r *cancelbo
 		limit -= blobRefReserve
 	}
 	out, body := e.shapeResult(h, call, tc, res, limit)
-	reduce.SetAttributes(telemetry.AttrTruncated.Bool(out.Truncated))
+	observe.SetAttributes(reduce, telemetry.AttrTruncated.Bool(out.Truncated))
 	reduce.End()
 	out.DurationMS = time.Since(start).Milliseconds()
 	o := outcome{result: out, decision: protocol.DecisionAllowed, denials: rec.list()}

@@ -8,7 +8,6 @@ import (
 	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/worker/internal/observe"
-	semconv "go.opentelemetry.io/otel/semconv/v1.22.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -37,13 +36,13 @@ func (s *Services) PublishResult(ctx context.Context, personality, callID string
 		return 0, err
 	}
 	sctx, span := s.obs.StartPublish(ctx, subject, callID)
-	defer func() { observe.EndPublish(span, err) }()
+	defer func() { span.End(err) }()
 	hdr := s.header(sctx, callHeader)
 	data, err := s.fitMessage(res, hdr)
 	if err != nil {
 		return 0, fmt.Errorf("encode result: %w", err)
 	}
-	span.SetAttributes(semconv.MessagingMessageBodySize(len(data)))
+	span.SetBodySize(len(data))
 	// The first message on the subject wins (bus.PublishFirst): exactly
 	// one result per call, decided by the results stream as it stores it.
 	err = s.bus.PublishFirst(sctx, subject, data, hdr)

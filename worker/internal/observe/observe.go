@@ -14,9 +14,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/capstanhq/capstan/internal/bus"
 	"github.com/capstanhq/capstan/internal/capability"
 	"github.com/capstanhq/capstan/internal/protocol"
 	"github.com/capstanhq/capstan/internal/scoped/fetch"
@@ -40,6 +38,18 @@ type Observer struct {
 	tp     trace.TracerProvider
 	mp     metric.MeterProvider
 	tracer trace.Tracer
+	// tracing is false for a no-op tracer provider: no span is started at
+	// all, and a call's context carries its caller's span context alone,
+	// which is all a no-op tracer would give it.
+	tracing bool
+	// consumerAttrs are the attributes every consumer span carries
+	// whatever the call; publishName and publishAttrs the same for a
+	// result's producer span; tools the execute_tool span name and
+	// attributes of each tool (toolSpan), made once.
+	consumerAttrs []attribute.KeyValue
+	publishName   string
+	publishAttrs  []attribute.KeyValue
+	tools         sync.Map
 	// busy counts the deliveries being handled (each holds a slot).
 	busy atomic.Int64
 	// attrs holds the measurement options of the per-call metrics by their
@@ -75,6 +85,7 @@ type Config struct {
 func New(cfg Config) (*Observer, error) {
 	tp, mp := cfg.TracerProvider, cfg.MeterProvider
 	o := &Observer{cfg: cfg, tp: tp, mp: mp, tracer: telemetry.Tracer(tp)}
+	o.precompute()
 	m := telemetry.Meter(mp)
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
@@ -140,123 +151,6 @@ func (o *Observer) measurement(k attrKey) metric.MeasurementOption {
 	return v.(metric.MeasurementOption)
 }
 
-// CallSpan is the consumer span of one delivery and what its end records.
-type CallSpan struct {
-	// Span is the consumer span.
-	Span  trace.Span
-	start time.Time
-	tool  string // the metrics' tool: a hosted tool's name, else telemetry.OtherTool
-	// Outcome is how the delivery ended (its span's outcome attribute);
-	// "" ends it as "dropped".
-	Outcome string
-	busy    *atomic.Int64
-}
-
-type callSpanKey struct{}
-
-// CallSpanFrom returns the delivery's span that ctx carries, or nil.
-func CallSpanFrom(ctx context.Context) *CallSpan {
-	cs, _ := ctx.Value(callSpanKey{}).(*CallSpan)
-	return cs
-}
-
-// metricTool is the tool name metrics carry: the name of a hosted tool, or
-// telemetry.OtherTool, so made-up names cannot grow their cardinality.
-func (o *Observer) metricTool(name string) string {
-	if o.cfg.Hosted(name) {
-		return name
-	}
-	return telemetry.OtherTool
-}
-
-// StartCall starts the consumer span of a delivered call ("process
-// <subject>"). Its parent is the producer's context from the call's
-// traceparent (lower-case, case-sensitive), and it links to it, as OTel
-// messaging conventions ask of a message that may be delivered again.
-func (o *Observer) StartCall(m *bus.Msg) (context.Context, *CallSpan) {
-	parent := telemetry.Extract(context.Background(), m.Header)
-	tokens, _ := o.cfg.Names.ParseCallSubject(m.Subject)
-	cs := &CallSpan{start: time.Now(), tool: o.metricTool(tokens.Tool), busy: &o.busy}
-	o.busy.Add(1)
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
-	if producer := trace.SpanContextFromContext(parent); producer.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: producer}))
-	}
-	ctx, span := o.tracer.Start(parent, "process "+m.Subject, opts...)
-	// The attributes are built only for a span that records them: an
-	// untraced worker (a no-op tracer, or a span not sampled) would
-	// allocate them on every call for nothing.
-	if span.IsRecording() {
-		span.SetAttributes(
-			semconv.MessagingSystemKey.String("nats"),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
-			semconv.MessagingDestinationName(m.Subject),
-			semconv.MessagingConsumerGroupName(o.cfg.Pool),
-			telemetry.AttrDeliveries.Int64(int64(m.Deliveries)),
-			telemetry.AttrWorkerID.String(o.cfg.WorkerID),
-			telemetry.AttrPool.String(o.cfg.Pool),
-		)
-	}
-	cs.Span = span
-	o.deliveries.Add(ctx, 1, o.measurement(attrKey{delivery: true, tool: cs.tool, redelivery: m.Deliveries > 1}))
-	return context.WithValue(ctx, callSpanKey{}, cs), cs
-}
-
-// Decoded records the call's ids on its consumer span.
-func (cs *CallSpan) Decoded(call *protocol.Call) {
-	if !cs.Span.IsRecording() {
-		return
-	}
-	cs.Span.SetAttributes(
-		semconv.MessagingMessageID(call.CallID),
-		telemetry.GenAIToolCallID.String(call.CallID),
-		telemetry.GenAIToolName.String(call.Tool),
-		telemetry.AttrBatchID.String(call.EffectiveBatchID()),
-	)
-}
-
-// End ends the consumer span with the outcome set along the way.
-func (cs *CallSpan) End() {
-	outcome := cs.Outcome
-	if outcome == "" {
-		outcome = "dropped"
-	}
-	cs.Span.SetAttributes(telemetry.AttrOutcome.String(outcome))
-	if outcome != "ok" && outcome != "duplicate" && outcome != "handback" && outcome != "in_progress" {
-		cs.Span.SetStatus(codes.Error, outcome)
-	}
-	cs.Span.End()
-	cs.busy.Add(-1)
-}
-
-// SetOutcome records how the delivery ended, for its span.
-func SetOutcome(ctx context.Context, outcome string) {
-	if cs := CallSpanFrom(ctx); cs != nil {
-		cs.Outcome = outcome
-	}
-}
-
-// RecordAnswer records a published result res of a call of tool: the span's outcome and decision, the
-// calls counter and, for a delivery handled here, the duration histogram.
-func (o *Observer) RecordAnswer(ctx context.Context, tool string, res *protocol.Result, decision string) {
-	outcome := "ok"
-	if !res.OK {
-		outcome = string(res.Code)
-	}
-	toolName := o.metricTool(tool)
-	attrs := o.measurement(attrKey{tool: toolName, outcome: outcome})
-	o.calls.Add(ctx, 1, attrs)
-	if cs := CallSpanFrom(ctx); cs != nil {
-		cs.Outcome = outcome
-		cs.Span.SetAttributes(telemetry.AttrDecision.String(decision))
-		if !res.OK {
-			cs.Span.SetAttributes(semconv.ErrorTypeKey.String(outcome))
-		}
-		o.duration.Record(ctx, time.Since(cs.start).Seconds(), attrs)
-	}
-}
-
 // IsDenial reports whether a decision is a policy gate's refusal (not a
 // cancellation, deadline or decode error).
 func IsDenial(decision string) bool {
@@ -281,25 +175,6 @@ func (o *Observer) Denied(ctx context.Context, span trace.Span, gate, code strin
 	}
 }
 
-// noSpan is the span of a phase that is not traced: it does nothing.
-var noSpan = trace.SpanFromContext(context.Background())
-
-// Phase starts a child span of the call's current span.
-// A call whose span records nothing gets no phase spans: every sampler a
-// worker can be configured with decides a child as it decided its parent
-// (by the parent's decision or by the trace id), so they would record
-// nothing either; ctx is returned as is, with a span that does nothing.
-func (o *Observer) Phase(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	if !trace.SpanFromContext(ctx).IsRecording() {
-		return ctx, noSpan
-	}
-	ctx, span := o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
-	if len(attrs) > 0 && span.IsRecording() { // see startCall
-		span.SetAttributes(attrs...)
-	}
-	return ctx, span
-}
-
 // HTTPTransport is the fetch accessor's transport middleware: otelhttp
 // client spans, children of the tool's execution span.
 func (o *Observer) HTTPTransport(next http.RoundTripper) http.RoundTripper {
@@ -314,7 +189,7 @@ type tracedSecrets struct {
 }
 
 func (s tracedSecrets) Secret(ctx context.Context, ref string) (string, error) {
-	ctx, span := s.tracer.Start(ctx, "resolve secret", trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := s.tracer.Start(ctx, "resolve secret", internalStart...)
 	defer span.End()
 	v, err := s.next.Secret(ctx, ref)
 	endSecretSpan(span, err)
@@ -358,7 +233,7 @@ type tracedRunner struct {
 }
 
 func (r tracedRunner) Run(ctx context.Context, cmd tool.Command) (*tool.ProcessResult, error) {
-	ctx, span := r.tracer.Start(ctx, "run process", trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := r.tracer.Start(ctx, "run process", internalStart...)
 	defer span.End()
 	res, err := r.next.Run(ctx, cmd)
 	if code, denied := denialCode(err); denied {
@@ -386,34 +261,6 @@ func (o *Observer) TraceAccessors(tc *tool.Context) {
 	if tc.Process != nil {
 		tc.Process = tracedRunner{next: tc.Process, tracer: o.tracer}
 	}
-}
-
-// StartPublish starts the producer span of a result publication. The span
-// is named after the subject template: the real subject holds ids.
-// The caller sets the body size once the message is encoded.
-func (o *Observer) StartPublish(ctx context.Context, subject, callID string) (context.Context, trace.Span) {
-	template := o.cfg.Names.Prefix() + ".result.{personality}.{batch_id}.{call_id}"
-	ctx, span := o.tracer.Start(ctx, "send "+template, trace.WithSpanKind(trace.SpanKindProducer))
-	if span.IsRecording() { // see startCall
-		span.SetAttributes(
-			semconv.MessagingSystemKey.String("nats"),
-			semconv.MessagingOperationTypeSend,
-			semconv.MessagingOperationName("send"),
-			semconv.MessagingDestinationName(subject),
-			semconv.MessagingDestinationTemplate(template),
-			semconv.MessagingMessageID(protocol.ResultMsgID(callID)),
-		)
-	}
-	return ctx, span
-}
-
-// EndPublish ends a result's producer span, marked failed when err is set.
-func EndPublish(span trace.Span, err error) {
-	if err != nil {
-		span.SetAttributes(semconv.ErrorTypeOther)
-		span.SetStatus(codes.Error, "publish failed")
-	}
-	span.End()
 }
 
 // denialCode is tool.DenialCode, false for nil.
@@ -449,7 +296,7 @@ func (t tracedInjection) CheckCarried(e capability.Endpoint, parts ...string) er
 }
 
 func (t tracedInjection) Resolve(ctx context.Context, ref string) (string, error) {
-	ctx, span := t.tracer.Start(ctx, "resolve secret", trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := t.tracer.Start(ctx, "resolve secret", internalStart...)
 	defer span.End()
 	v, err := t.next.Resolve(ctx, ref)
 	endSecretSpan(span, err)
