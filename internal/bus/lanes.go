@@ -119,9 +119,11 @@ func (p *PoolConsumer) FetchNoWait(ctx context.Context, n int, fn func(*Msg)) (g
 // delivery's AckWait before it starts counting).
 const LaneInactiveThreshold = 5 * time.Minute
 
-// ErrConsumerGone is returned by a fetch from a consumer the server no
-// longer has (deleted, or forgotten by a restart: its state is in memory).
-var ErrConsumerGone = errors.New("the consumer does not exist (any more)")
+// ErrConsumerGone is returned by a fetch that no server answers for the
+// consumer: the server no longer has it (deleted when idle, or forgotten
+// by a restart: its state is in memory), or, for a while, its stream has
+// no leader. Opening the consumer again tells the two apart.
+var ErrConsumerGone = errors.New("no server answers for the consumer (it does not exist, or its stream has no leader)")
 
 // fetchError wraps a fetch's error; a pull that nobody answers, or that
 // the server answers "consumer not found", is ErrConsumerGone.
