@@ -68,7 +68,7 @@ func (f fixture) msg(t *testing.T, traceparent string, deliveries uint64) *bus.M
 func attrs(s sdktrace.ReadOnlySpan) map[string]string {
 	out := map[string]string{}
 	for _, kv := range s.Attributes() {
-		out[string(kv.Key)] = kv.Value.Emit()
+		out[string(kv.Key)] = kv.Value.String()
 	}
 	return out
 }
