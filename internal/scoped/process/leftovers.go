@@ -249,15 +249,18 @@ func Sweep(tmpRoot string, log *slog.Logger) SweepResult {
 	return res
 }
 
-// abandoned reports whether a worker temp dir's lock is free: its owner
-// is gone.
+// abandoned reports whether a worker temp dir's owner is gone: its lock
+// is free and the process its name records is not alive. Both: between
+// creating the lock file and locking it, a live owner's lock is free.
 func abandoned(dir string) bool {
+	o, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), workerDirPrefix), "-")
+	if ownerAlive(o) {
+		return false
+	}
 	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		// Not yet locked by a process that is creating it, or broken:
-		// judge by the owner in the name.
-		o, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), workerDirPrefix), "-")
-		return !ownerAlive(o)
+		// Not locked by a process that is gone, or broken.
+		return true
 	}
 	if err != nil {
 		return false

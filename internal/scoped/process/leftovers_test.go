@@ -130,7 +130,15 @@ func TestSweep(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, dead, 1, "the killed worker's temp dir is left behind")
 
+	// A live owner's dir whose lock file exists but is not locked yet (the
+	// moment between creating the file and locking it) stays.
+	liveOwner, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(liveDirs[0]), "capstan-worker-"), "-")
+	window := filepath.Join(root, "capstan-worker-"+liveOwner+"-window")
+	require.NoError(t, os.Mkdir(window, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(window, ".lock"), nil, 0o600))
+
 	res := process.Sweep(root, nil)
+	require.DirExists(t, window, "a live owner's dir stays while its lock is not taken yet")
 	require.GreaterOrEqual(t, res.TempDirs, 2, "the dead worker's dir and the old legacy one")
 	require.NoDirExists(t, dead[0])
 	require.NoDirExists(t, old)
