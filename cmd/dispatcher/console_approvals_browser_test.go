@@ -123,9 +123,12 @@ func TestConsoleApprovalsInABrowser(t *testing.T) {
 			chromedp.WaitReady(css(`[sse-connect][data-sse="open"]`)),
 		)
 	}
+	// text reads an element's text in one evaluation in the page: the
+	// live lists are swapped in over server-sent events at any moment, so a
+	// node looked up first and read later may be gone by then.
 	text := func(sel string) string {
 		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(css(sel)))
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const e = document.querySelector(`+jsString(sel)+`); return e ? e.innerText : "<no "+`+jsString(sel)+`+">"; })()`))
 		require.NoError(t, err, sel)
 		return v
 	}
@@ -169,7 +172,7 @@ func TestConsoleApprovalsInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r.OK, r.Error)
 	require.Equal(t, "pay", r.Value)
-	reason, err := chromedp.Run(ctx, chromedp.Value(css("#reason-"+refund)))
+	reason, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(`+jsString("#reason-"+refund)+`).value`))
 	require.NoError(t, err)
 	require.Equal(t, "not this week", reason)
 
