@@ -128,9 +128,7 @@ func TestConsoleApprovalsInABrowser(t *testing.T) {
 	// node looked up first and read later may be gone by then.
 	text := func(sel string) string {
 		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const e = document.querySelector(`+jsString(sel)+`); return e ? e.innerText : "<no "+`+jsString(sel)+`+">"; })()`))
-		require.NoError(t, err, sel)
-		return v
+		return pageText(ctx, t, sel)
 	}
 	count := func(sel string) int {
 		t.Helper()
@@ -188,6 +186,22 @@ func TestConsoleApprovalsInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, r.OK)
 	require.Equal(t, "APPROVAL_DENIED: not this week", r.Error)
+}
+
+// pageText returns the text of the element sel in one evaluation in the
+// page, waiting (at most 10 s) until there is one, as chromedp.Text waits
+// for its node: a node looked up first and read later may have been
+// swapped out by a live update in between.
+func pageText(ctx context.Context, t *testing.T, sel string) string {
+	t.Helper()
+	js := `(() => { const e = document.querySelector(` + jsString(sel) + `); return e ? [e.innerText] : []; })()`
+	var got []string
+	require.Eventually(t, func() bool {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](js))
+		got = v
+		return err == nil && len(v) == 1
+	}, 10*time.Second, 20*time.Millisecond, "no element %s in the page", sel)
+	return got[0]
 }
 
 // jsString quotes s as a JavaScript string literal.

@@ -158,11 +158,12 @@ func TestConsoleInABrowser(t *testing.T) {
 			chromedp.WaitVisible(css("#workers")),
 		)
 	}
+	// text reads an element's text in one evaluation in the page: live
+	// fragments are swapped in over server-sent events at any moment, so a
+	// node looked up first and read later may be gone by then.
 	text := func(sel string) string {
 		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(css(sel)))
-		require.NoError(t, err, sel)
-		return v
+		return pageText(ctx, t, sel)
 	}
 	post := func(path string) int {
 		t.Helper()
