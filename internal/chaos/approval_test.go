@@ -174,8 +174,8 @@ func TestHeldCallsSurviveKillsAndNATSRestart(t *testing.T) {
 	require.NoError(t, errors.Join(decErrs...))
 
 	// Every call answered once, nothing left unacknowledged or held.
-	tl := waitAnswered(t, conn, batch, ids, 3*time.Minute)
-	requireOneResultEach(t, tl, ids)
+	tl := waitResultsOf(t, conn, "*", batch, ids, 3*time.Minute)
+	requireExactlyOnce(t, tl, ids)
 	retryFor(t, time.Minute, 100*time.Millisecond, "no hold left", func() error {
 		hs, err := approver.Holds(ctxT(t, 10*time.Second), "")
 		if err == nil && len(hs) > 0 {
@@ -303,18 +303,15 @@ func listHolds(t *testing.T, c *client.Client) map[string]client.Hold {
 // waitHolds waits until every id is listed as held and returns the holds.
 func waitHolds(t *testing.T, c *client.Client, ids []string, d time.Duration) map[string]client.Hold {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		hs := listHolds(t, c)
-		missing := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { _, ok := hs[id]; return ok })
-		if len(missing) == 0 {
-			return hs
+	var hs map[string]client.Hold
+	retryFor(t, d, 50*time.Millisecond, "every call held", func() error {
+		hs = listHolds(t, c)
+		if missing := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { _, ok := hs[id]; return ok }); len(missing) > 0 {
+			return fmt.Errorf("%d of %d calls held; not held: %v", len(ids)-len(missing), len(ids), missing)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %d of %d calls held; not held: %v", d, len(ids)-len(missing), len(ids), missing)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return hs
 }
 
 // decideRetrying approves (with sum) or denies call as approverName until a
@@ -347,68 +344,6 @@ func decideRetrying(c *client.Client, call string, want heldOutcome, sum string,
 		retries++
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// waitAnswered waits until every id has a result and the calls stream is
-// empty, and returns the tally (results and "started" progress events of
-// every personality's calls in batch).
-func waitAnswered(t *testing.T, conn *bus.Conn, batch string, ids []string, d time.Duration) tally {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		tl, err := countAll(ctxT(t, time.Minute), conn, batch)
-		var left uint64
-		if err == nil {
-			left, err = conn.StreamMsgs(ctxT(t, time.Minute), "CAPSTAN_CALLS")
-		}
-		if err == nil && left == 0 && len(tl.results) >= len(ids) {
-			return tl
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %d of %d calls answered, %d calls unacknowledged (err %v)", d, len(tl.results), len(ids), left, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// countAll is tryCount for the calls of every personality.
-func countAll(ctx context.Context, conn *bus.Conn, batch string) (tally, error) {
-	tl := tally{results: map[string][]protocol.Result{}, executions: map[string]int{}}
-	res, err := conn.Messages(ctx, "CAPSTAN_RESULTS", "capstan.result.*."+batch+".>")
-	if err != nil {
-		return tally{}, err
-	}
-	for _, m := range res {
-		var r protocol.Result
-		if err := json.Unmarshal(m.Data, &r); err != nil {
-			return tally{}, fmt.Errorf("result %s: %w", m.Subject, err)
-		}
-		tl.results[r.CallID] = append(tl.results[r.CallID], r)
-	}
-	prog, err := conn.Messages(ctx, "CAPSTAN_PROGRESS", "capstan.progress.internal.*."+batch+".>")
-	if err != nil {
-		return tally{}, err
-	}
-	for _, m := range prog {
-		var p protocol.Progress
-		if err := json.Unmarshal(m.Data, &p); err != nil {
-			return tally{}, fmt.Errorf("progress %s: %w", m.Subject, err)
-		}
-		if p.Message == "started" {
-			tl.executions[p.CallID]++
-		}
-	}
-	return tl, nil
-}
-
-// requireOneResultEach fails unless every id has exactly one result and
-// no result answers another call.
-func requireOneResultEach(t *testing.T, tl tally, ids []string) {
-	t.Helper()
-	for _, id := range ids {
-		require.Len(t, tl.results[id], 1, "%s: results", id)
-	}
-	require.Len(t, tl.results, len(ids), "results of unknown calls")
 }
 
 // auditTally is the audit records of the test's calls: the decisions'

@@ -234,8 +234,14 @@ func count(t *testing.T, conn *bus.Conn, batch string) tally {
 
 // tryCount is count for a bus that may be recovering: errors are returned.
 func tryCount(ctx context.Context, conn *bus.Conn, batch string) (tally, error) {
+	return tryCountOf(ctx, conn, "default", batch)
+}
+
+// tryCountOf is tryCount for the calls of personality (a subject token, or
+// "*" for every personality).
+func tryCountOf(ctx context.Context, conn *bus.Conn, personality, batch string) (tally, error) {
 	tl := tally{results: map[string][]protocol.Result{}, executions: map[string]int{}}
-	res, err := conn.Messages(ctx, "CAPSTAN_RESULTS", "capstan.result.default."+batch+".>")
+	res, err := conn.Messages(ctx, "CAPSTAN_RESULTS", "capstan.result."+personality+"."+batch+".>")
 	if err != nil {
 		return tally{}, err
 	}
@@ -246,7 +252,7 @@ func tryCount(ctx context.Context, conn *bus.Conn, batch string) (tally, error) 
 		}
 		tl.results[r.CallID] = append(tl.results[r.CallID], r)
 	}
-	prog, err := conn.Messages(ctx, "CAPSTAN_PROGRESS", "capstan.progress.internal.default."+batch+".>")
+	prog, err := conn.Messages(ctx, "CAPSTAN_PROGRESS", "capstan.progress.internal."+personality+"."+batch+".>")
 	if err != nil {
 		return tally{}, err
 	}
@@ -266,9 +272,15 @@ func tryCount(ctx context.Context, conn *bus.Conn, batch string) (tally, error) 
 // empty (every call acknowledged), then returns the tally.
 func waitResults(t *testing.T, conn *bus.Conn, batch string, ids []string, d time.Duration) tally {
 	t.Helper()
+	return waitResultsOf(t, conn, "default", batch, ids, d)
+}
+
+// waitResultsOf is waitResults for the calls of personality (tryCountOf).
+func waitResultsOf(t *testing.T, conn *bus.Conn, personality, batch string, ids []string, d time.Duration) tally {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		tl, err := tryCount(ctxT(t, time.Minute), conn, batch)
+		tl, err := tryCountOf(ctxT(t, time.Minute), conn, personality, batch)
 		var n uint64
 		if err == nil {
 			n, err = conn.StreamMsgs(ctxT(t, time.Minute), "CAPSTAN_CALLS")
