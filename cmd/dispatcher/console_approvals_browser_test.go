@@ -93,32 +93,12 @@ func TestConsoleApprovalsInABrowser(t *testing.T) {
 	// A call that stays held, whose summary names the paths it reads.
 	ledger := hold("read_file", `{"path":"/srv/ledger/2026-11.csv"}`)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(base+"/login")))
-	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
-	defer cancel()
+	ctx := openBrowser(t, browser, base+"/login")
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			png, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(shots, name), png, 0o644)
-		})
-	}
+	shot := func(name string) chromedp.Action[chromedp.Void] { return screenshot(shots, name) }
 	signIn := func(token string) chromedp.Action[chromedp.Void] {
 		return chromedp.Steps(
-			chromedp.Navigate(base+"/login"),
-			chromedp.WaitVisible(css("#token")),
-			chromedp.SendKeys(css("#token"), token),
-			chromedp.Submit(css("#token")),
-			chromedp.WaitVisible(css("#workers")),
+			signInSteps(base, token),
 			chromedp.Navigate(base+"/approvals"),
 			chromedp.WaitReady(css(`[sse-connect][data-sse="open"]`)),
 		)

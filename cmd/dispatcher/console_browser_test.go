@@ -128,36 +128,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	// The first run starts the browser: no timeout on its context (it would
-	// stop the browser); every later step runs under ctx.
-	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(base+"/")))
-	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
-	defer cancel()
+	ctx := openBrowser(t, browser, base+"/")
 	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			png, err := chromedp.FullScreenshot(100)(ctx, tg)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(shots, name), png, 0o644)
-		})
-	}
-	signIn := func(token string) chromedp.Action[chromedp.Void] {
-		return chromedp.Steps(
-			chromedp.Navigate(base+"/login"),
-			chromedp.WaitVisible(css("#token")),
-			chromedp.SendKeys(css("#token"), token),
-			chromedp.Submit(css("#token")),
-			chromedp.WaitVisible(css("#workers")),
-		)
-	}
+	shot := func(name string) chromedp.Action[chromedp.Void] { return screenshot(shots, name) }
+	signIn := func(token string) chromedp.Action[chromedp.Void] { return signInSteps(base, token) }
 	// text reads an element's text in one evaluation in the page: live
 	// fragments are swapped in over server-sent events at any moment, so a
 	// node looked up first and read later may be gone by then.
@@ -293,4 +267,46 @@ func waitHTTP(t *testing.T, url string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// openBrowser starts the browser at path browser on page first and returns
+// the context every later step runs under (two minutes); the browser
+// stops when the test ends. The first run starts the browser: it has no
+// timeout of its own (that would stop the browser).
+func openBrowser(t *testing.T, browser, first string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 900))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(first)))
+	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// screenshot writes a full-page screenshot to dir/name.
+func screenshot(dir, name string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		png, err := chromedp.FullScreenshot(100)(ctx, tg)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, name), png, 0o644)
+	})
+}
+
+// signInSteps signs in to the console at base with token and waits for its
+// first page.
+func signInSteps(base, token string) chromedp.Action[chromedp.Void] {
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	return chromedp.Steps(
+		chromedp.Navigate(base+"/login"),
+		chromedp.WaitVisible(css("#token")),
+		chromedp.SendKeys(css("#token"), token),
+		chromedp.Submit(css("#token")),
+		chromedp.WaitVisible(css("#workers")),
+	)
 }
