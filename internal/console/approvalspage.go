@@ -148,12 +148,7 @@ func (c *Console) approvalEvents(w http.ResponseWriter, r *http.Request) {
 		patterns = []string{protocol.HoldKey(p, "*"), protocol.DecisionKey(p, "*")}
 	}
 	changed := make(chan struct{}, 1)
-	stop, err := kv.WatchKeys(ctx, patterns, func(bus.Entry) {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	})
+	stop, err := kv.WatchKeys(ctx, patterns, func(bus.Entry) { notify(changed) })
 	if err != nil {
 		http.Error(w, "approvals: "+err.Error(), http.StatusBadGateway)
 		return
@@ -186,15 +181,26 @@ func (c *Console) approvalEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// waitChange paces a live view: it waits minInterval, then until changed
-// fires, writing an SSE comment at every ping; false when the client has
-// gone.
+// waitChange paces a live view: it waits minInterval (pause), then until
+// changed fires (awaitChange); false when the client has gone.
 func waitChange(ctx context.Context, changed <-chan struct{}, ping <-chan time.Time, w http.ResponseWriter, fl http.Flusher) bool {
+	return pause(ctx) && awaitChange(ctx, changed, ping, w, fl)
+}
+
+// pause waits minInterval between two renders of a live view; false when
+// the client has gone.
+func pause(ctx context.Context) bool {
 	select {
 	case <-ctx.Done():
 		return false
 	case <-time.After(minInterval):
+		return true
 	}
+}
+
+// awaitChange waits until changed fires, writing an SSE comment at every
+// ping; false when the client has gone.
+func awaitChange(ctx context.Context, changed <-chan struct{}, ping <-chan time.Time, w http.ResponseWriter, fl http.Flusher) bool {
 	for {
 		select {
 		case <-ctx.Done():
@@ -207,6 +213,14 @@ func waitChange(ctx context.Context, changed <-chan struct{}, ping <-chan time.T
 			}
 			fl.Flush()
 		}
+	}
+}
+
+// notify signals changed without waiting: one pending signal is enough.
+func notify(changed chan<- struct{}) {
+	select {
+	case changed <- struct{}{}:
+	default:
 	}
 }
 

@@ -146,12 +146,7 @@ func (c *Console) oneCallEvents(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	n := c.cfg.Conn.Names()
 	changed := make(chan struct{}, 1)
-	poke := func(*bus.Msg) {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
+	poke := func(*bus.Msg) { notify(changed) }
 	stopProgress, err := c.cfg.Conn.Tail(ctx, n.ProgressStream(), []string{n.Prefix() + ".progress.*.*.*." + id}, bus.FromNew, poke)
 	if err != nil {
 		http.Error(w, "progress: "+err.Error(), http.StatusBadGateway)
@@ -172,16 +167,8 @@ func (c *Console) oneCallEvents(w http.ResponseWriter, r *http.Request) {
 	ping := time.NewTicker(15 * time.Second)
 	defer ping.Stop()
 	for {
-		select {
-		case <-ctx.Done():
+		if !awaitChange(ctx, changed, ping.C, w, fl) {
 			return
-		case <-ping.C:
-			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
-				return
-			}
-			fl.Flush()
-			continue
-		case <-changed:
 		}
 		html, err := c.fragment("call.html", "callbody", c.loadCall(r, id))
 		if err != nil {
@@ -192,10 +179,8 @@ func (c *Console) oneCallEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		fl.Flush()
-		select {
-		case <-ctx.Done():
+		if !pause(ctx) {
 			return
-		case <-time.After(minInterval):
 		}
 	}
 }
