@@ -9,9 +9,7 @@
 
 import { RequestError, TimeoutError, type NatsConnection } from "@nats-io/transport-node";
 import {
-  AckPolicy,
   DeliverPolicy,
-  type ConsumerInfo,
   type ConsumerMessages,
   type JetStreamClient,
   type JetStreamManager,
@@ -29,11 +27,11 @@ import {
   APPROVAL_DENIED,
   MAX_APPROVAL_REASON,
   checkToken,
-  newID,
   type ApprovalDecision,
   type Hold,
   type Names,
 } from "./protocol.js";
+import { addReader } from "./reader.js";
 
 /** What the approvals functions need of the client. */
 export interface ApprovalsBus {
@@ -92,8 +90,6 @@ export const DECIDE_TIMEOUT_MS = 10_000;
 const FETCH_BATCH = 256;
 /** How long one pull waits. */
 const FETCH_WAIT_MS = 5000;
-/** The listing's consumer goes away on its own this long (ns) after its last use. */
-const INACTIVE_NS = 60_000 * 1_000_000;
 
 /** The decision request's body (the Go approval.Request). */
 interface DecisionRequest {
@@ -251,23 +247,8 @@ async function scan(bus: ApprovalsBus, pattern: string, signal?: AbortSignal):
   const prefix = `$KV.${bucket}.`;
   const filter = prefix + pattern;
   const what = `capstan: approvals: read ${filter}`;
-  if (signal?.aborted) throw new AbortError(`${what}: aborted`, { cause: signal.reason });
-  const name = newID();
-  let info: ConsumerInfo;
-  try {
-    info = await raceAbort(bus.jsm.consumers.add(stream, {
-      name,
-      filter_subject: filter,
-      deliver_policy: DeliverPolicy.LastPerSubject,
-      ack_policy: AckPolicy.None,
-      mem_storage: true,
-      num_replicas: 1,
-      inactive_threshold: INACTIVE_NS,
-    }), signal, what);
-  } catch (e) {
-    if (e instanceof AbortError) throw e;
-    throw wrapBusError(what, e);
-  }
+  const info = await addReader(bus.jsm, stream, filter, DeliverPolicy.LastPerSubject, what, signal);
+  const name = info.name;
   const out: Array<{ key: string; value: unknown }> = [];
   let current: ConsumerMessages | undefined;
   const onAbort = () => current?.stop();

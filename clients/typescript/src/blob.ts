@@ -6,9 +6,7 @@
 
 import { createHash } from "node:crypto";
 import {
-  AckPolicy,
   DeliverPolicy,
-  type ConsumerInfo,
   type ConsumerMessages,
   type JetStreamClient,
   type JetStreamManager,
@@ -19,17 +17,15 @@ import {
   BlobNotFoundError,
   ClientError,
   NoBlobError,
-  raceAbort,
   wrapBusError,
 } from "./errors.js";
-import { blobChunkSubject, newID, type BlobRef, type Result } from "./protocol.js";
+import { blobChunkSubject, type BlobRef, type Result } from "./protocol.js";
+import { addReader } from "./reader.js";
 
 /** Most chunks asked for in one pull (each at most 128 KiB). */
 const FETCH_BATCH = 64;
 /** How long one pull waits for chunks: the Go client's 5 s. */
 const FETCH_WAIT_MS = 5000;
-/** The reading consumer goes away on its own this long after its last use. */
-const INACTIVE_NS = 60_000 * 1_000_000;
 
 /** What a blob read needs of the client. */
 export interface BlobReader {
@@ -59,23 +55,8 @@ export async function* readBlob(r: BlobReader, result: Pick<Result, "call_id" | 
   const subject = blobChunkSubject(ref);
   const stream = "OBJ_" + ref.bucket;
   const what = `capstan: blob ${ref.bucket}/${ref.name}`;
-  if (signal?.aborted) throw new AbortError(`${what}: aborted`, { cause: signal.reason });
-  const name = newID();
-  let info: ConsumerInfo;
-  try {
-    info = await raceAbort(r.jsm.consumers.add(stream, {
-      name,
-      filter_subject: subject,
-      deliver_policy: DeliverPolicy.All,
-      ack_policy: AckPolicy.None,
-      mem_storage: true,
-      num_replicas: 1,
-      inactive_threshold: INACTIVE_NS,
-    }), signal, what);
-  } catch (e) {
-    if (e instanceof AbortError) throw e;
-    throw wrapBusError(`${what}: read ${subject}`, e);
-  }
+  const info = await addReader(r.jsm, stream, subject, DeliverPolicy.All, what, signal, `${what}: read ${subject}`);
+  const name = info.name;
   const sum = createHash("sha256");
   let n = 0;
   let current: ConsumerMessages | undefined;
