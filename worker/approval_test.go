@@ -175,6 +175,7 @@ func TestApprovalDecisionsThatEndAHeldCall(t *testing.T) {
 	r = e.result("x1", "x1")
 	require.Equal(t, protocol.CodeNotAvailable, r.Code)
 	require.Equal(t, "APPROVAL_EXPIRED: no decision within 1s", r.Error)
+	require.Zero(t, r.DurationMS)
 	notHeld(t, c, "x1")
 
 	// Cancelled while held.
@@ -184,6 +185,7 @@ func TestApprovalDecisionsThatEndAHeldCall(t *testing.T) {
 	r = e.result("k1", "k1")
 	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
 	require.Equal(t, "cancelled: user gave up", r.Error)
+	require.Zero(t, r.DurationMS)
 	notHeld(t, c, "k1")
 
 	// timeout_ms passing while held ends it as a deadline does.
@@ -191,6 +193,7 @@ func TestApprovalDecisionsThatEndAHeldCall(t *testing.T) {
 	r = e.result("t1", "t1")
 	require.Equal(t, protocol.CodeExecutionFailed, r.Code)
 	require.Equal(t, "deadline exceeded before start", r.Error)
+	require.Zero(t, r.DurationMS)
 
 	// So does a deadline.
 	soon := time.Now().Add(time.Second)
