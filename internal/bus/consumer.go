@@ -63,6 +63,9 @@ type PoolConsumer struct {
 	cons   jetstream.Consumer
 	name   string
 	timing Timing
+	// limit is the cap of calls in flight of a personality's consumer
+	// (its max_concurrency); 0 = none.
+	limit int
 }
 
 // Timing returns the delivery timing of the consumer's pool.

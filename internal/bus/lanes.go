@@ -82,17 +82,43 @@ func (c *Conn) PersonalityConsumer(ctx context.Context, pool, personality string
 			}
 		}
 	}
-	return &PoolConsumer{cons: cons, name: name, timing: Timing{AckWait: cfg.AckWait}}, nil
+	return &PoolConsumer{cons: cons, name: name, timing: Timing{AckWait: cfg.AckWait}, limit: maxInFlight}, nil
 }
 
 // FetchNoWait pulls at most n calls that are waiting now and passes each
 // to fn; it does not wait for more. It returns how many it passed; fewer
 // than n means the consumer had no more to give (none waiting, or its cap
 // of calls in flight reached: capped then reports the latter).
+//
+// A consumer with a cap asks the server first how many of its calls are in
+// flight across the pool, and pulls no more than the cap leaves: the server
+// holds a pull that asks past the cap until one of those calls ends or for
+// about a second, with the caller's slots.
 func (p *PoolConsumer) FetchNoWait(ctx context.Context, n int, fn func(*Msg)) (got int, capped bool, err error) {
 	if n <= 0 {
 		return 0, false, nil
 	}
+	if p.limit > 0 {
+		info, err := p.cons.Info(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, false, ctx.Err()
+			}
+			return 0, false, fetchError(err)
+		}
+		room := p.limit - info.NumAckPending
+		if room <= 0 {
+			return 0, true, nil
+		}
+		if room < n {
+			got, capped, err := p.fetchNoWait(ctx, room, fn)
+			return got, capped || got == room, err
+		}
+	}
+	return p.fetchNoWait(ctx, n, fn)
+}
+
+func (p *PoolConsumer) fetchNoWait(ctx context.Context, n int, fn func(*Msg)) (got int, capped bool, err error) {
 	batch, err := p.cons.FetchNoWait(n)
 	if err != nil {
 		if ctx.Err() != nil {

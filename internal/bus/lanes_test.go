@@ -96,3 +96,40 @@ func TestPersonalityConsumerStateInMemory(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, got, "the call the stream held is delivered by the consumer opened again")
 }
+
+// TestCappedConsumerPullsNoMoreThanItsRoom: a pull from a personality's
+// consumer with a cap asks for no more calls than the cap leaves across
+// the pool, and says it stopped at the cap (not that nothing waits).
+func TestCappedConsumerPullsNoMoreThanItsRoom(t *testing.T) {
+	t.Parallel()
+	url := bustest.Server(t)
+	c := bustest.Conn(t, url, "")
+	p, err := c.PersonalityConsumer(ctxT(t), "default", "capped", 5, bus.DefaultAckWait, 2)
+	require.NoError(t, err)
+	// Another worker of the pool: the same durable consumer, bound again.
+	other, err := c.PersonalityConsumer(ctxT(t), "default", "capped", 5, bus.DefaultAckWait, 2)
+	require.NoError(t, err)
+	publishCalls(t, c, "default", "capped", "echo", 5)
+
+	var first []*bus.Msg
+	got, capped, err := p.FetchNoWait(ctxT(t), 1, func(m *bus.Msg) { first = append(first, m) })
+	require.NoError(t, err)
+	require.Equal(t, 1, got)
+	require.False(t, capped, "one of two in flight")
+
+	got, capped, err = other.FetchNoWait(ctxT(t), 5, func(m *bus.Msg) { first = append(first, m) })
+	require.NoError(t, err)
+	require.Equal(t, 1, got, "the cap leaves room for one more across the pool")
+	require.True(t, capped, "stopped at the cap, with calls still waiting")
+
+	got, capped, err = p.FetchNoWait(ctxT(t), 3, func(*bus.Msg) {})
+	require.NoError(t, err)
+	require.Zero(t, got)
+	require.True(t, capped, "at the cap")
+
+	require.NoError(t, first[0].Ack(ctxT(t)))
+	got, capped, err = p.FetchNoWait(ctxT(t), 3, func(m *bus.Msg) { require.NoError(t, m.Ack(ctxT(t))) })
+	require.NoError(t, err)
+	require.Equal(t, 1, got, "an ended call frees one place")
+	require.True(t, capped)
+}

@@ -54,14 +54,11 @@ func (s *Scheduler) discoverIfDue(ctx context.Context) {
 			l.pol = pol
 		}
 	}
-	for p, n := range counts {
-		if l, ok := s.lanes[p]; ok {
-			if n > uint64(l.running) && !l.pending {
-				s.activate(l)
-			}
-			continue
+	s.count(counts)
+	for p := range counts {
+		if _, ok := s.lanes[p]; !ok {
+			refresh = append(refresh, p)
 		}
-		refresh = append(refresh, p)
 	}
 	if s.cfg.Known != nil {
 		// Personalities of the policy get a lane before their first
@@ -96,6 +93,23 @@ func (s *Scheduler) discoverIfDue(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
+}
+
+// count takes the calls stream's counts per personality as the lanes'
+// calls waiting, and marks the lanes with calls waiting. The stream's
+// count is of calls waiting or in flight, on any worker: what this worker
+// does not run is taken as waiting until a delivery's metadata says
+// exactly. s.mu is held.
+func (s *Scheduler) count(counts map[string]uint64) {
+	for p, l := range s.lanes {
+		l.waiting = 0
+		if n := counts[p]; n > uint64(l.running) {
+			l.waiting = n - uint64(l.running)
+			if !l.pending {
+				s.activate(l)
+			}
+		}
+	}
 }
 
 // policy returns p's policy with its values in range.
@@ -161,8 +175,15 @@ type grant struct {
 }
 
 // plan shares n slots among the lanes with calls waiting: the lowest
-// priority number only, and there one slot at a time to the lane whose pass
-// (advanced by 1/weight for each slot it is given) is smallest.
+// priority number only, and there a chunk at a time to the lane whose pass
+// (advanced by 1/weight for each slot it is given) is smallest. A chunk is
+// one slot while the lanes with calls waiting are no more than the slots
+// free, else as many slots as the lane is known to have calls waiting, at
+// most maxChunk: with more lanes waiting than slots free, not every lane
+// gets a slot of this plan anyway, and one pull brings several calls of
+// one lane rather than one call of each of several lanes (a pull each).
+// The shares still follow the weights over successive plans, within a
+// chunk per worker: a lane's pass advances by what it was delivered.
 func (s *Scheduler) plan(n int) []grant {
 	now := time.Now()
 	s.mu.Lock()
@@ -189,15 +210,20 @@ func (s *Scheduler) plan(n int) []grant {
 	for i, l := range ready {
 		pass[i] = l.pass
 	}
-	for range n {
+	for left := n; left > 0; {
 		best := 0
 		for i := range ready {
 			if pass[i] < pass[best] {
 				best = i
 			}
 		}
-		given[best]++
-		pass[best] += 1 / float64(max(ready[best].pol.Weight, 1))
+		k := 1
+		if len(ready) > n {
+			k = min(left, chunk(ready[best]))
+		}
+		given[best] += k
+		pass[best] += float64(k) / float64(max(ready[best].pol.Weight, 1))
+		left -= k
 	}
 	out := make([]grant, 0, len(ready))
 	for i, l := range ready {
@@ -353,4 +379,16 @@ func (s *Scheduler) warn(ctx context.Context, msg string, err error) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// maxChunk is the most slots plan gives a lane at a time.
+const maxChunk = 16
+
+// chunk is how many slots plan gives l at a time: the calls it was last
+// known to have waiting (all of maxChunk when that is not known yet).
+func chunk(l *lane) int {
+	if l.waiting == 0 || l.waiting > maxChunk {
+		return maxChunk
+	}
+	return int(l.waiting)
 }

@@ -162,12 +162,15 @@ func (s *Scheduler) Run(ctx context.Context) {
 }
 
 // acquire waits for one free slot and takes every other free one; 0 when
-// ctx ended.
+// ctx ended. While every slot is taken it still discovers when discovery is
+// due, so the counts of calls waiting stay current.
 func (s *Scheduler) acquire(ctx context.Context) int {
 	select {
 	case s.cfg.Slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0
+	default:
+		if !s.awaitSlot(ctx) {
+			return 0
+		}
 	}
 	n := 1
 	for n < cap(s.cfg.Slots) {
@@ -179,6 +182,29 @@ func (s *Scheduler) acquire(ctx context.Context) int {
 		}
 	}
 	return n
+}
+
+// awaitSlot waits for a free slot and takes it, reading the counts of
+// calls waiting every IdleDiscovery meanwhile (they are the lanes'
+// waiting in metrics, and a lane found with calls waiting is ready for the
+// next free slot); false when ctx ended.
+func (s *Scheduler) awaitSlot(ctx context.Context) bool {
+	t := time.NewTicker(s.cfg.IdleDiscovery)
+	defer t.Stop()
+	for {
+		select {
+		case s.cfg.Slots <- struct{}{}:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			if counts, err := s.cfg.Bus.Waiting(ctx); err == nil {
+				s.mu.Lock()
+				s.count(counts)
+				s.mu.Unlock()
+			}
+		}
+	}
 }
 
 func (s *Scheduler) release(n int) {

@@ -357,21 +357,58 @@ func TestIdlePoolStartsACallAtOnce(t *testing.T) {
 func TestPlanSharesByStride(t *testing.T) {
 	t.Parallel()
 	s := New(Config{Slots: make(chan struct{}, 1)})
-	a := &lane{personality: "a", pol: Policy{Priority: 2, Weight: 2}, pending: true}
-	b := &lane{personality: "b", pol: Policy{Priority: 2, Weight: 1}, pending: true}
+	a := &lane{personality: "a", pol: Policy{Priority: 2, Weight: 2}, pending: true, waiting: 1000}
+	b := &lane{personality: "b", pol: Policy{Priority: 2, Weight: 1}, pending: true, waiting: 1000}
 	c := &lane{personality: "c", pol: Policy{Priority: 4, Weight: 9}, pending: true}
 	d := &lane{personality: "d", pol: Policy{Priority: 1, Weight: 1}, capped: time.Now().Add(time.Hour), pending: true}
 	s.lanes = map[string]*lane{"a": a, "b": b, "c": c, "d": d}
-	plan := s.plan(6)
-	got := map[string]int{}
-	for _, g := range plan {
-		got[g.l.personality] = g.n
+	shares := func(plan []grant) map[string]int {
+		got := map[string]int{}
+		for _, g := range plan {
+			got[g.l.personality] = g.n
+		}
+		return got
 	}
-	require.Equal(t, map[string]int{"a": 4, "b": 2}, got, "priority 2 only (1 is capped), 2:1")
+	// No more lanes waiting than slots free: one slot at a time.
+	require.Equal(t, map[string]int{"a": 4, "b": 2}, shares(s.plan(6)), "priority 2 only (1 is capped), 2:1")
 	a.pending, b.pending = false, false
-	plan = s.plan(3)
-	require.Len(t, plan, 1)
-	require.Equal(t, "c", plan[0].l.personality)
+	require.Equal(t, map[string]int{"c": 3}, shares(s.plan(3)))
+}
+
+// TestPlanGivesChunksWhenLanesOutnumberSlots: with more lanes waiting than
+// slots free, a plan gives the lane whose pass is smallest a chunk (what
+// it has waiting, at most maxChunk), so one pull brings several of its
+// calls; over successive plans the shares still follow the weights.
+func TestPlanGivesChunksWhenLanesOutnumberSlots(t *testing.T) {
+	t.Parallel()
+	s := New(Config{Slots: make(chan struct{}, 1)})
+	s.lanes = map[string]*lane{}
+	for i := range 20 {
+		p := fmt.Sprintf("p%02d", i)
+		s.lanes[p] = &lane{personality: p, pol: Policy{Priority: 3, Weight: 1 + 2*(i%2)}, pending: true, waiting: 1000}
+	}
+	plan := s.plan(4)
+	require.Len(t, plan, 1, "one lane, one pull")
+	require.Equal(t, 4, plan[0].n)
+	plan = s.plan(maxChunk + 3)
+	require.Len(t, plan, 2, "at most maxChunk slots to a lane while another waits")
+	require.Equal(t, maxChunk, plan[0].n)
+	s.lanes["p00"].waiting = 2
+	plan = s.plan(4)
+	require.Len(t, plan, 2, "a chunk is at most what the lane has waiting")
+	require.Equal(t, grant{l: s.lanes["p00"], n: 2}, plan[0])
+
+	s.lanes["p00"].waiting = 1000
+	got := map[int]int{}
+	for range 2000 {
+		for _, g := range s.plan(3) {
+			got[g.l.pol.Weight] += g.n
+			// What the deliverer does with each call delivered.
+			g.l.pass += float64(g.n) / float64(g.l.pol.Weight)
+		}
+	}
+	require.Equal(t, 6000, got[1]+got[3])
+	require.InDelta(t, 3.0, float64(got[3])/float64(got[1]), 0.05, "weights 3 and 1 over successive plans: %v", got)
 }
 
 // TestGoneConsumerIsOpenedAgain: a lane whose consumer the server forgot
