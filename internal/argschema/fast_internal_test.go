@@ -64,7 +64,7 @@ func TestFastAnswersValidCalls(t *testing.T) {
 		{`{"text":"hi"}`, true},
 		{`{"text":"hi","sleep_ms":10}`, true},
 		{`{"text":"hi","sleep_ms":600000,"progress":[{"message":"m","percent":50,"audience":"user"}]}`, true},
-		{`{"text":"hi","sleep_ms":10.0}`, false},                          // valid, but left to the library
+		{`{"text":"hi","sleep_ms":10.0}`, false},                             // valid, but left to the library
 		{`{"text":"hi","progress":[{"message":"m","percent":50.5}]}`, false}, // the same
 		{`{"text":"hi","sleep_ms":600001}`, false},
 		{`{"text":"hi","sleep_ms":-1}`, false},
