@@ -160,7 +160,7 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 			return fmt.Errorf("-server-process: %w", err)
 		}
 		defer srv.stop()
-		cfg.ServerURL, cfg.ServerCreds = srv.URL(), srv.creds
+		cfg.ServerURL, cfg.ServerCreds, cfg.ServerPID = srv.URL(), srv.creds, srv.pid
 	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
@@ -257,7 +257,9 @@ func writeProfile(name, path string) error {
 type serverProcess struct {
 	*bench.ServerClient
 	creds string
-	stop  func()
+	// pid is the child's process id (its CPU time is measured apart).
+	pid  int
+	stop func()
 }
 
 // startServerProcess runs this program with -serve in a child process and
@@ -306,5 +308,5 @@ func startServerProcess(ctx context.Context, dir string, stderr io.Writer) (*ser
 		stop()
 		return nil, err
 	}
-	return &serverProcess{ServerClient: c, creds: bench.ServeCredsFile(dir), stop: stop}, nil
+	return &serverProcess{ServerClient: c, creds: bench.ServeCredsFile(dir), pid: cmd.Process.Pid, stop: stop}, nil
 }

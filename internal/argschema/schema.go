@@ -28,6 +28,9 @@ const maxReported = 3
 type Schema struct {
 	tool string
 	sch  *jsonschema.Schema
+	// fast answers for the valid calls of a schema within its subset
+	// (fastNode); nil for a schema outside it.
+	fast *fastNode
 }
 
 // Compile compiles the argument schema of toolName. Schemas without $schema
@@ -61,7 +64,7 @@ func Compile(toolName string, schema json.RawMessage) (*Schema, error) {
 	if errors.As(sch.Validate(map[string]any{}), &verr) && hasRefCycle(verr) {
 		return nil, fmt.Errorf("tool %s: invalid argument schema: %s", toolName, verr.Error())
 	}
-	return &Schema{tool: toolName, sch: sch}, nil
+	return &Schema{tool: toolName, sch: sch, fast: compileFast(doc)}, nil
 }
 
 // hasRefCycle reports whether e or one of its causes is a $ref cycle.
@@ -101,6 +104,9 @@ func (s *Schema) Validate(args json.RawMessage) error {
 	}
 	if _, ok := v.(map[string]any); !ok {
 		return fmt.Errorf("%w: args must be an object, got %s (type)", ErrInvalidArguments, jsonTypeOf(v))
+	}
+	if s.fast != nil && s.fast.valid(v) {
+		return nil
 	}
 	err = s.sch.Validate(v)
 	if err == nil {

@@ -108,6 +108,10 @@ type Config struct {
 	// ServerCreds is the credentials file of ServerURL (the embedded
 	// server's embedded.creds); "" for none.
 	ServerCreds string
+	// ServerPID is the process of ServerURL's server on this machine, when
+	// known: its CPU time per call is then reported apart from this
+	// process's (RunResult.ServerCPUUSPerCall); 0 for none.
+	ServerPID int
 	// Progress receives one line per run; nil is silent.
 	Progress io.Writer
 }
@@ -179,6 +183,9 @@ func (c Config) validate() error {
 	}
 	if c.HeldCalls < 1 || c.HeldCalls > 100_000 {
 		errs = append(errs, fmt.Errorf("held calls must be 1 to 100000, got %d", c.HeldCalls))
+	}
+	if c.ServerPID < 0 || (c.ServerPID > 0 && c.ServerURL == "") {
+		errs = append(errs, fmt.Errorf("server pid must be 0, or a process's with a server url, got %d", c.ServerPID))
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -48,6 +49,11 @@ func TestRunSmoke(t *testing.T) {
 		require.Less(t, r.CallBytes, int64(256+160), s.Name)
 		require.Greater(t, r.ResultBytes, int64(200), "%s: the result carries the text back", s.Name)
 		require.Positive(t, r.AllocBytesPerCall, s.Name)
+		require.Positive(t, r.ProcessCPUUSPerCall, "%s: the process's CPU per call", s.Name)
+		require.Positive(t, r.ProcessCPUCores, s.Name)
+		require.Zero(t, r.ServerCPUUSPerCall, "%s: the server is this process's", s.Name)
+		require.Equal(t, r.ProcessCPUUSPerCall, s.ProcessCPUUSPerCall.Median, s.Name)
+		require.Nil(t, s.ServerCPUUSPerCall, s.Name)
 		require.Equal(t, s.CallsPerSec.Median, s.CallsPerSec.Min, "one run: median = min = max")
 		if s.Tracing {
 			require.Positive(t, r.SpansExported, "%s: spans reach the exporter", s.Name)
@@ -57,8 +63,15 @@ func TestRunSmoke(t *testing.T) {
 		}
 	}
 	require.Len(t, rep.Ratios, 6, "every capstan scenario has its raw counterpart")
+	byName := make(map[string]bench.Summary)
+	for _, s := range rep.Scenarios {
+		byName[s.Name] = s
+	}
 	for _, r := range rep.Ratios {
 		require.Positive(t, r.Throughput, r.Capstan)
+		want := byName[r.Capstan].ProcessCPUUSPerCall.Median - byName[r.Raw].ProcessCPUUSPerCall.Median
+		require.InDelta(t, want, r.ProcessCPUDeltaUS, 0.051, "%s: Capstan's process CPU per call minus raw's", r.Capstan)
+		require.Nil(t, r.ServerCPUDeltaUS, r.Capstan)
 	}
 	require.Len(t, rep.Targets, 6)
 	for i, tg := range rep.Targets {
@@ -72,6 +85,10 @@ func TestRunSmoke(t *testing.T) {
 	require.NoError(t, json.Unmarshal(js.Bytes(), &back), js.String())
 	require.Equal(t, rep.Scenarios[0].Runs[0].Calls, back.Scenarios[0].Runs[0].Calls)
 	require.Equal(t, bench.Duration(300*time.Millisecond), back.Config.Duration)
+	require.Equal(t, rep.Scenarios[0].Runs[0].ProcessCPUUSPerCall, back.Scenarios[0].Runs[0].ProcessCPUUSPerCall)
+	require.Equal(t, rep.Ratios[0].ProcessCPUDeltaUS, back.Ratios[0].ProcessCPUDeltaUS)
+	requireJSONKeys(t, js.Bytes(), []string{"process_cpu_us_per_call", "process_cpu_cores", "process_cpu_delta_us"},
+		[]string{"server_cpu_us_per_call", "server_cpu_cores", "server_cpu_delta_us"})
 
 	var table bytes.Buffer
 	require.NoError(t, rep.WriteTable(&table))
@@ -79,6 +96,65 @@ func TestRunSmoke(t *testing.T) {
 		require.Contains(t, table.String(), s.Name)
 	}
 	require.Contains(t, table.String(), "capstan-echo/saturate / raw-echo/saturate")
+	require.Contains(t, table.String(), "process CPU µs/call")
+	require.Contains(t, table.String(), "process CPU Δ µs/call")
+	require.NotContains(t, table.String(), "server CPU")
+}
+
+// TestRunReportsServerCPU runs echo against a server the harness did not
+// start, naming a process as the server's (this one: the server runs in
+// it), and checks that the report carries the server's CPU per call apart
+// and its difference between Capstan and raw, in the runs, the summaries,
+// the comparison, the JSON and the table.
+func TestRunReportsServerCPU(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, dir := startServe(t, ctx)
+	rep, err := bench.Run(ctx, bench.Config{
+		Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, Repeats: 1, Scenarios: []string{"raw-echo/saturate", "capstan-echo/saturate"},
+		Concurrency: 4, ArgBytes: 256, ServerURL: c.URL(), ServerCreds: bench.ServeCredsFile(dir), ServerPID: os.Getpid(),
+	})
+	require.NoError(t, err)
+	require.Len(t, rep.Scenarios, 2)
+	for _, s := range rep.Scenarios {
+		r := s.Runs[0]
+		require.Zero(t, r.Errors, "%s: %s", s.Name, r.FirstError)
+		require.Positive(t, r.ProcessCPUUSPerCall, s.Name)
+		require.Positive(t, r.ServerCPUUSPerCall, s.Name)
+		require.Positive(t, r.ServerCPUCores, s.Name)
+		require.NotNil(t, s.ServerCPUUSPerCall, s.Name)
+		require.Equal(t, r.ServerCPUUSPerCall, s.ServerCPUUSPerCall.Median, s.Name)
+	}
+	require.Len(t, rep.Ratios, 1)
+	require.NotNil(t, rep.Ratios[0].ServerCPUDeltaUS)
+	require.InDelta(t, rep.Scenarios[1].ServerCPUUSPerCall.Median-rep.Scenarios[0].ServerCPUUSPerCall.Median, *rep.Ratios[0].ServerCPUDeltaUS, 0.051)
+
+	var js bytes.Buffer
+	require.NoError(t, rep.WriteJSON(&js))
+	requireJSONKeys(t, js.Bytes(), []string{"process_cpu_us_per_call", "server_cpu_us_per_call", "server_cpu_cores", "server_cpu_delta_us"}, nil)
+	var table bytes.Buffer
+	require.NoError(t, rep.WriteTable(&table))
+	require.Contains(t, table.String(), "server CPU µs/call")
+	require.Contains(t, table.String(), "server CPU Δ µs/call")
+}
+
+func TestServerPIDNeedsServerURL(t *testing.T) {
+	t.Parallel()
+	_, err := bench.Run(context.Background(), bench.Config{ServerPID: 1})
+	require.ErrorContains(t, err, "server pid must be 0, or a process's with a server url, got 1")
+}
+
+// requireJSONKeys checks that the JSON document js has every key of want
+// somewhere, and none of absent.
+func requireJSONKeys(t *testing.T, js []byte, want, absent []string) {
+	t.Helper()
+	for _, k := range want {
+		require.Contains(t, string(js), `"`+k+`":`, k)
+	}
+	for _, k := range absent {
+		require.NotContains(t, string(js), `"`+k+`":`, k)
+	}
 }
 
 func TestScenarioSelection(t *testing.T) {

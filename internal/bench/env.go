@@ -212,6 +212,7 @@ func (e *env) measure(ctx context.Context, cfg Config, s Scenario, batch string)
 		return RunResult{}, err
 	}
 	g := newLoad(e.conn, e.names, subject, batch, s, cfg.ArgBytes)
+	g.serverPID = cfg.ServerPID
 	res, runErr := g.run(ctx, cfg.Warmup, cfg.Duration)
 	stopErr := sys.stop()
 	if sys.spans != nil {

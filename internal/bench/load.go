@@ -31,6 +31,9 @@ type load struct {
 	batch   string
 	s       Scenario
 	text    string
+	// serverPID is the server's process, whose CPU is measured apart; 0
+	// when the server is this process's.
+	serverPID int
 	// from and to bound the measurement window; set before any call is
 	// published, read-only afterwards.
 	from, to time.Time
@@ -202,6 +205,7 @@ func (g *load) run(ctx context.Context, warmup, d time.Duration) (RunResult, err
 	g.to = g.from.Add(d)
 	hard, cancel := context.WithDeadline(ctx, g.to.Add(drainTimeout))
 	defer cancel()
+	cpu := sampleCPU(hard, g.from, g.to, g.serverPID)
 	if g.s.Load == Saturate {
 		g.saturate(hard)
 	} else {
@@ -217,16 +221,26 @@ func (g *load) run(ctx context.Context, warmup, d time.Duration) (RunResult, err
 	}
 	tick.Stop()
 	stop()
+	window := <-cpu
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	if err := ctx.Err(); err != nil {
 		return RunResult{}, err
+	}
+	if window.err != nil {
+		return RunResult{}, fmt.Errorf("cpu time: %w", window.err)
 	}
 	if n := g.outstanding.Load(); n > 0 {
 		g.failures.Add(n)
 		g.fail(fmt.Sprintf("%d results missing %s after the run", n, drainTimeout))
 	}
 	r := g.result(d)
+	r.ProcessCPUUSPerCall = perCallUS(window.process, r.Calls)
+	r.ProcessCPUCores = cores(window.process, d)
+	if g.serverPID > 0 {
+		r.ServerCPUUSPerCall = perCallUS(window.server, r.Calls)
+		r.ServerCPUCores = cores(window.server, d)
+	}
 	r.GCCycles = after.NumGC - before.NumGC
 	r.GCPauseMS = float64(after.PauseTotalNs-before.PauseTotalNs) / 1e6
 	if n := g.published.Load(); n > 0 {

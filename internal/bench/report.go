@@ -108,9 +108,24 @@ type RunResult struct {
 	// collector over the whole run (warm-up and stragglers included) of the
 	// one process that holds the server, the system under test and the
 	// load generator; bytes allocated are per call published.
-	GCCycles          uint32  `json:"gc_cycles"`
-	GCPauseMS         float64 `json:"gc_pause_ms"`
-	AllocBytesPerCall int64   `json:"alloc_bytes_per_call"`
+	// ProcessCPUUSPerCall is the CPU time (user and system, every thread)
+	// of the benchmark's process inside the measurement window, in
+	// microseconds per call answered in it (Calls); ProcessCPUCores is the
+	// same CPU time over the window's length. The process holds the load
+	// generator and the system under test, and the server too unless
+	// ServerCPUUSPerCall is set: raw and Capstan share the load generator,
+	// so the difference of their values is what the system under test
+	// costs beyond the other.
+	ProcessCPUUSPerCall float64 `json:"process_cpu_us_per_call"`
+	ProcessCPUCores     float64 `json:"process_cpu_cores"`
+	// ServerCPUUSPerCall and ServerCPUCores are the same for the server's
+	// process, when it runs in one of its own (capstan-bench
+	// -server-process); absent otherwise.
+	ServerCPUUSPerCall float64 `json:"server_cpu_us_per_call,omitempty"`
+	ServerCPUCores     float64 `json:"server_cpu_cores,omitempty"`
+	GCCycles           uint32  `json:"gc_cycles"`
+	GCPauseMS          float64 `json:"gc_pause_ms"`
+	AllocBytesPerCall  int64   `json:"alloc_bytes_per_call"`
 	// Flood, Weights and Many are the measures of the fairness scenarios
 	// (one of them, in a run of one). Calls and CallsPerSec are then A's
 	// results (fairness/flood), A's and B's (fairness/weights) or the many
@@ -158,12 +173,17 @@ type Stat struct {
 // Summary is a scenario with its runs and their medians.
 type Summary struct {
 	Scenario
-	CallsPerSec Stat        `json:"calls_per_sec"`
-	P50MS       Stat        `json:"p50_ms"`
-	P99MS       Stat        `json:"p99_ms"`
-	P999MS      Stat        `json:"p999_ms"`
-	Errors      int64       `json:"errors"`
-	Runs        []RunResult `json:"runs"`
+	CallsPerSec Stat `json:"calls_per_sec"`
+	P50MS       Stat `json:"p50_ms"`
+	P99MS       Stat `json:"p99_ms"`
+	P999MS      Stat `json:"p999_ms"`
+	// ProcessCPUUSPerCall and ServerCPUUSPerCall summarize the runs' CPU
+	// per call (RunResult); ServerCPUUSPerCall is absent without a server
+	// process.
+	ProcessCPUUSPerCall Stat        `json:"process_cpu_us_per_call"`
+	ServerCPUUSPerCall  *Stat       `json:"server_cpu_us_per_call,omitempty"`
+	Errors              int64       `json:"errors"`
+	Runs                []RunResult `json:"runs"`
 	// Flood, Weights and Many summarize the fairness scenarios' runs.
 	Flood   *FloodSummary   `json:"flood,omitempty"`
 	Weights *WeightsSummary `json:"weights,omitempty"`
@@ -219,6 +239,14 @@ type Ratio struct {
 	P999DeltaMS float64 `json:"p999_delta_ms"`
 	// P50Ratio is Capstan's median latency over raw's.
 	P50Ratio float64 `json:"p50_ratio"`
+	// ProcessCPUDeltaUS is Capstan's median process CPU per call minus
+	// raw's, in microseconds: both run the same load generator in the same
+	// process, so this is what the worker adds over the raw consumer (and,
+	// with the server in the process, the server's extra work for it).
+	ProcessCPUDeltaUS float64 `json:"process_cpu_delta_us"`
+	// ServerCPUDeltaUS is the same for the server's process, when it runs
+	// in one of its own; absent otherwise.
+	ServerCPUDeltaUS *float64 `json:"server_cpu_delta_us,omitempty"`
 }
 
 // Target is one of the issue's goals and whether this run met it.
@@ -268,10 +296,15 @@ func valid(runs []RunResult, ok func(RunResult) bool) []RunResult {
 func summarize(s Scenario, runs []RunResult) Summary {
 	pick := func(f func(RunResult) float64) []float64 { return pickOf(runs, f) }
 	sum := Summary{Scenario: s, Runs: runs,
-		CallsPerSec: stat(pick(func(r RunResult) float64 { return math.Round(r.CallsPerSec) })),
-		P50MS:       stat(pick(func(r RunResult) float64 { return r.P50MS })),
-		P99MS:       stat(pick(func(r RunResult) float64 { return r.P99MS })),
-		P999MS:      stat(pick(func(r RunResult) float64 { return r.P999MS })),
+		CallsPerSec:         stat(pick(func(r RunResult) float64 { return math.Round(r.CallsPerSec) })),
+		P50MS:               stat(pick(func(r RunResult) float64 { return r.P50MS })),
+		P99MS:               stat(pick(func(r RunResult) float64 { return r.P99MS })),
+		P999MS:              stat(pick(func(r RunResult) float64 { return r.P999MS })),
+		ProcessCPUUSPerCall: stat(pick(func(r RunResult) float64 { return r.ProcessCPUUSPerCall })),
+	}
+	if slices.ContainsFunc(runs, func(r RunResult) bool { return r.ServerCPUUSPerCall > 0 }) {
+		st := stat(pick(func(r RunResult) float64 { return r.ServerCPUUSPerCall }))
+		sum.ServerCPUUSPerCall = &st
 	}
 	for _, r := range runs {
 		sum.Errors += r.Errors
@@ -348,6 +381,11 @@ func ratios(sums []Summary, sleepMS int) []Ratio {
 		}
 		if r.P50MS.Median > 0 {
 			ratio.P50Ratio = round(c.P50MS.Median/r.P50MS.Median, 3)
+		}
+		ratio.ProcessCPUDeltaUS = round(c.ProcessCPUUSPerCall.Median-r.ProcessCPUUSPerCall.Median, 1)
+		if c.ServerCPUUSPerCall != nil && r.ServerCPUUSPerCall != nil {
+			d := round(c.ServerCPUUSPerCall.Median-r.ServerCPUUSPerCall.Median, 1)
+			ratio.ServerCPUDeltaUS = &d
 		}
 		out = append(out, ratio)
 	}
@@ -437,8 +475,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "capstan-bench: %d repeats of %s (after %s warm-up), %d CPUs, %s, nats-server %s %s, file storage, %d-byte args\n\n",
 		r.Config.Repeats, time.Duration(r.Config.Duration), time.Duration(r.Config.Warmup), r.CPUs, r.GoVersion, r.NATSServer, where, r.Config.ArgBytes)
 	tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
+	serverCPU := slices.ContainsFunc(r.Scenarios, func(s Summary) bool { return s.ServerCPUUSPerCall != nil })
 	if slices.ContainsFunc(r.Scenarios, func(s Summary) bool { return !s.ownServer() }) {
-		fmt.Fprintln(tw, "scenario\tslots\tload\tcalls/s (min–max)\tp50 ms\tp99 ms\tp99.9 ms\terrors\t")
+		head := "scenario\tslots\tload\tcalls/s (min–max)\tp50 ms\tp99 ms\tp99.9 ms\tprocess CPU µs/call\t"
+		if serverCPU {
+			head += "server CPU µs/call\t"
+		}
+		fmt.Fprintln(tw, head+"errors\t")
 	}
 	for _, s := range r.Scenarios {
 		if s.ownServer() {
@@ -448,8 +491,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if s.Load == Rate {
 			load = fmt.Sprintf("%g/s", s.Rate)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t\n", s.Name, s.Concurrency, load,
-			span(s.CallsPerSec, 0), span(s.P50MS, 2), span(s.P99MS, 2), span(s.P999MS, 2), s.Errors)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t", s.Name, s.Concurrency, load,
+			span(s.CallsPerSec, 0), span(s.P50MS, 2), span(s.P99MS, 2), span(s.P999MS, 2), span(s.ProcessCPUUSPerCall, 1))
+		if serverCPU {
+			srv := "–"
+			if s.ServerCPUUSPerCall != nil {
+				srv = span(*s.ServerCPUUSPerCall, 1)
+			}
+			fmt.Fprintf(tw, "%s\t", srv)
+		}
+		fmt.Fprintf(tw, "%d\t\n", s.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -457,9 +508,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.Ratios) > 0 {
 		b.WriteString("\n")
 		tw = tabwriter.NewWriter(&b, 2, 8, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "capstan vs raw\tthroughput\tp50 Δ ms\tp99 Δ ms\tp99.9 Δ ms\t")
+		head := "capstan vs raw\tthroughput\tp50 Δ ms\tp99 Δ ms\tp99.9 Δ ms\tprocess CPU Δ µs/call\t"
+		if serverCPU {
+			head += "server CPU Δ µs/call\t"
+		}
+		fmt.Fprintln(tw, head)
 		for _, x := range r.Ratios {
-			fmt.Fprintf(tw, "%s / %s\t%.3f×\t%+.2f\t%+.2f\t%+.2f\t\n", x.Capstan, x.Raw, x.Throughput, x.P50DeltaMS, x.P99DeltaMS, x.P999DeltaMS)
+			fmt.Fprintf(tw, "%s / %s\t%.3f×\t%+.2f\t%+.2f\t%+.2f\t%+.1f\t", x.Capstan, x.Raw, x.Throughput, x.P50DeltaMS, x.P99DeltaMS, x.P999DeltaMS, x.ProcessCPUDeltaUS)
+			if serverCPU {
+				srv := "–"
+				if x.ServerCPUDeltaUS != nil {
+					srv = fmt.Sprintf("%+.1f", *x.ServerCPUDeltaUS)
+				}
+				fmt.Fprintf(tw, "%s\t", srv)
+			}
+			fmt.Fprintln(tw)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

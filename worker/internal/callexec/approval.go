@@ -66,14 +66,18 @@ func decidedOutcome(call *protocol.Call, d *approval.Decision) outcome {
 // bucket, announced by an approval_required progress event, and
 // acknowledged without an answer (it holds no slot and is not
 // redelivered). A dry run never waits. stop is true when the call does not
-// run now; o.approval is the approval the call runs under otherwise.
-func (e *Executor) approvalGate(ctx context.Context, call *protocol.Call, a *admission) (o outcome, stop bool) {
+// run now; o.approval is the approval the call runs under otherwise. The
+// gate's bucket operations are bounded by OpTimeout under traceCtx; a call
+// that needs no approval (most) derives no context and arms no timer.
+func (e *Executor) approvalGate(traceCtx context.Context, call *protocol.Call, a *admission) (o outcome, stop bool) {
 	if call.DryRun {
 		return outcome{}, false
 	}
 	if needed, _ := a.p.Approval.Needs(call.Tool, call.Args); !needed {
 		return outcome{}, false
 	}
+	ctx, cancel := context.WithTimeout(traceCtx, OpTimeout)
+	defer cancel()
 	sum, err := approval.ArgsSHA256(call.PersonalityID, call.Tool, call.Args)
 	if err != nil {
 		return refuse(call, protocol.DecisionApproval, protocol.CodeInputInvalid, "invalid call: "+err.Error()), true

@@ -45,9 +45,7 @@ func (e *Executor) process() outcome {
 	o := e.admit(pctx, call, r, &a)
 	if o.decision == "" && o.infra == nil {
 		// The approval gate comes after every other gate (approvals.md).
-		gctx, cancel := context.WithTimeout(pctx, OpTimeout)
-		o, _ = e.approvalGate(gctx, call, &a)
-		cancel()
+		o, _ = e.approvalGate(pctx, call, &a)
 	}
 	decision := cmp.Or(o.decision, protocol.DecisionAllowed)
 	if o.held {

@@ -1,0 +1,222 @@
+package argschema
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+)
+
+// fastNode is one schema of the subset of JSON Schema most tool argument
+// schemas are written in: a single type; properties, required and
+// additionalProperties (true or false); items; minimum and maximum as
+// integers; enum of strings; and annotations. valid answers only "valid
+// for certain": a false means "the library decides" (Schema.Validate then
+// runs it, for the verdict and the message). So the subset never changes
+// what is accepted or refused, nor a message; it spares the valid calls
+// of the common schemas the library's generic walk (the library compares
+// every number as a big.Rat parsed from its fmt.Sprint, and copies every
+// string it checks).
+type fastNode struct {
+	typ      string // a JSON Schema type name; "" for any
+	props    map[string]*fastNode
+	required []string
+	closed   bool // additionalProperties: false
+	items    *fastNode
+	min, max *int64
+	enum     []string
+}
+
+// annotations are keywords that do not take part in validation.
+var annotations = map[string]bool{
+	"description": true, "title": true, "default": true, "examples": true, "$comment": true,
+	"deprecated": true, "readOnly": true, "writeOnly": true,
+}
+
+// draft2020 is the only $schema the subset takes (the default draft).
+const draft2020 = "https://json-schema.org/draft/2020-12/schema"
+
+// compileFast returns the subset's form of a schema document (as
+// jsonschema.UnmarshalJSON read it), or nil when the schema uses anything
+// outside the subset (the library then validates every call).
+func compileFast(doc any) *fastNode {
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return nil
+	}
+	if v, ok := m["$schema"]; ok && v != draft2020 {
+		return nil
+	}
+	return fastSchema(m, true)
+}
+
+func fastSchema(doc any, root bool) *fastNode {
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return nil // a boolean schema
+	}
+	n := &fastNode{}
+	for k, v := range m {
+		switch {
+		case annotations[k], root && k == "$schema":
+		case k == "type":
+			t, ok := v.(string)
+			if !ok || !slices.Contains([]string{"object", "array", "string", "integer", "number", "boolean", "null"}, t) {
+				return nil
+			}
+			n.typ = t
+		case k == "properties":
+			props, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			n.props = make(map[string]*fastNode, len(props))
+			for name, p := range props {
+				if n.props[name] = fastSchema(p, false); n.props[name] == nil {
+					return nil
+				}
+			}
+		case k == "required":
+			req, ok := v.([]any)
+			if !ok {
+				return nil
+			}
+			for _, r := range req {
+				name, ok := r.(string)
+				if !ok {
+					return nil
+				}
+				n.required = append(n.required, name)
+			}
+		case k == "additionalProperties":
+			b, ok := v.(bool)
+			if !ok {
+				return nil
+			}
+			n.closed = !b
+		case k == "items":
+			if n.items = fastSchema(v, false); n.items == nil {
+				return nil
+			}
+		case k == "minimum", k == "maximum":
+			num, ok := v.(json.Number)
+			if !ok {
+				return nil
+			}
+			i, err := strconv.ParseInt(string(num), 10, 64)
+			if err != nil {
+				return nil
+			}
+			if k == "minimum" {
+				n.min = &i
+			} else {
+				n.max = &i
+			}
+		case k == "enum":
+			vals, ok := v.([]any)
+			if !ok {
+				return nil
+			}
+			n.enum = make([]string, 0, len(vals))
+			for _, e := range vals {
+				s, ok := e.(string)
+				if !ok {
+					return nil
+				}
+				n.enum = append(n.enum, s)
+			}
+		default:
+			return nil
+		}
+	}
+	return n
+}
+
+// valid reports whether v (as decode returns it) is valid for certain; false
+// means "not known to be": invalid, or outside the subset's reach (a number
+// that is not an integer literal, checked against a bound or as an integer).
+func (n *fastNode) valid(v any) bool {
+	switch n.typ {
+	case "":
+	case "object":
+		if _, ok := v.(map[string]any); !ok {
+			return false
+		}
+	case "array":
+		if _, ok := v.([]any); !ok {
+			return false
+		}
+	case "string":
+		if _, ok := v.(string); !ok {
+			return false
+		}
+	case "integer":
+		if _, ok := integer(v); !ok {
+			return false
+		}
+	case "number":
+		if _, ok := v.(json.Number); !ok {
+			return false
+		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return false
+		}
+	case "null":
+		if v != nil {
+			return false
+		}
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		for _, r := range n.required {
+			if _, ok := v[r]; !ok {
+				return false
+			}
+		}
+		for k, pv := range v {
+			p, ok := n.props[k]
+			if !ok {
+				if n.closed {
+					return false
+				}
+				continue
+			}
+			if !p.valid(pv) {
+				return false
+			}
+		}
+	case []any:
+		if n.items != nil {
+			for _, e := range v {
+				if !n.items.valid(e) {
+					return false
+				}
+			}
+		}
+	case json.Number:
+		if n.min != nil || n.max != nil {
+			i, ok := integer(v)
+			if !ok || (n.min != nil && i < *n.min) || (n.max != nil && i > *n.max) {
+				return false
+			}
+		}
+	}
+	if n.enum != nil {
+		s, ok := v.(string)
+		if !ok || !slices.Contains(n.enum, s) {
+			return false
+		}
+	}
+	return true
+}
+
+// integer returns v as an int64 when it is a number written as an integer
+// literal that fits one.
+func integer(v any) (int64, bool) {
+	num, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.ParseInt(string(num), 10, 64)
+	return i, err == nil
+}
