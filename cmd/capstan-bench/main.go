@@ -75,6 +75,9 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	var cfg bench.Config
 	var scenarios, jsonPath, cpuProfile, memProfile, serverMemProfile string
 	var quiet, serverProcess bool
+	var execTrace string
+	var execTraceSlow time.Duration
+	var execTraceMax int
 	var serveDir string
 	var soak int
 	var soakChunk, soakSettle time.Duration
@@ -100,6 +103,9 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout, instead of the table)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server, worker and load) to this file")
 	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
+	fs.StringVar(&execTrace, "exectrace", "", "capture the process's execution trace (runtime/trace; go tool trace reads it): with -exectrace-slow, a snapshot of the window around each slow call to this file with .1, .2, ... appended; with -exectrace-slow 0, the whole run to this file")
+	fs.DurationVar(&execTraceSlow, "exectrace-slow", 5*time.Millisecond, "with -exectrace: a call whose result takes this long or more is slow (0: trace the whole run instead)")
+	fs.IntVar(&execTraceMax, "exectrace-max", 10, "with -exectrace: the most snapshots written")
 	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&serverProcess, "server-process", false, "run the embedded server in a child process, so the garbage collector of the benchmark's process does not mark the server's heap")
 	fs.IntVar(&soak, "soak", 0, "instead of the scenarios, answer this many echo calls at saturation and print the server's state before and after (memory, and every stream's messages, bytes and keys) and its cost per retained result; with -server-process, the server process's own memory")
@@ -162,7 +168,21 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 		defer srv.stop()
 		cfg.ServerURL, cfg.ServerCreds, cfg.ServerPID = srv.URL(), srv.creds, srv.pid
 	}
+	var tracer *execTracer
+	if execTrace != "" {
+		if execTraceSlow < 0 || execTraceMax < 1 {
+			return fmt.Errorf("-exectrace-slow must not be negative and -exectrace-max must be at least 1, got %s and %d", execTraceSlow, execTraceMax)
+		}
+		var err error
+		if tracer, err = startExecTrace(execTrace, execTraceSlow, execTraceMax, stderr); err != nil {
+			return fmt.Errorf("-exectrace: %w", err)
+		}
+		cfg.OnCall = tracer.onCall
+	}
 	rep, err := bench.Run(ctx, cfg)
+	if tracer != nil {
+		err = errors.Join(err, tracer.stop())
+	}
 	if err != nil {
 		return err
 	}

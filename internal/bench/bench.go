@@ -114,6 +114,24 @@ type Config struct {
 	ServerPID int
 	// Progress receives one line per run; nil is silent.
 	Progress io.Writer
+	// OnCall, when set, is called for every call of an echo scenario
+	// published inside the measurement window, as its result arrives, on
+	// the goroutine that receives the results: it must return quickly
+	// (capstan-bench -exectrace uses it to snapshot the execution trace
+	// around the slowest calls).
+	OnCall func(CallSample)
+}
+
+// CallSample is one measured call, as Config.OnCall receives it.
+type CallSample struct {
+	// Scenario is the scenario's name, e.g. "capstan-echo/rate".
+	Scenario string
+	// CallID is the call's id.
+	CallID string
+	// Start is when the call was published; Latency the time from then to
+	// the arrival of its result.
+	Start   time.Time
+	Latency time.Duration
 }
 
 func (c Config) withDefaults() Config {

@@ -213,6 +213,7 @@ func (e *env) measure(ctx context.Context, cfg Config, s Scenario, batch string)
 	}
 	g := newLoad(e.conn, e.names, subject, batch, s, cfg.ArgBytes)
 	g.serverPID = cfg.ServerPID
+	g.onCall = cfg.OnCall
 	res, runErr := g.run(ctx, cfg.Warmup, cfg.Duration)
 	stopErr := sys.stop()
 	if sys.spans != nil {

@@ -34,6 +34,8 @@ type load struct {
 	// serverPID is the server's process, whose CPU is measured apart; 0
 	// when the server is this process's.
 	serverPID int
+	// onCall is Config.OnCall (nil: none).
+	onCall func(CallSample)
 	// from and to bound the measurement window; set before any call is
 	// published, read-only afterwards.
 	from, to time.Time
@@ -178,6 +180,9 @@ func (g *load) onResult(m *bus.Msg) {
 	}
 	if g.inside(f.start) {
 		g.samples = append(g.samples, now.Sub(f.start))
+		if g.onCall != nil {
+			g.onCall(CallSample{Scenario: g.s.Name, CallID: id, Start: f.start, Latency: now.Sub(f.start)})
+		}
 	}
 	if g.inside(now) {
 		g.inWindow++
