@@ -94,12 +94,15 @@ func (t *execTracer) onCall(c bench.CallSample) {
 // the trigger channel is closed; at most limit of them.
 func (t *execTracer) snapshots() {
 	defer close(t.done)
+	var last time.Time // when the last snapshot was taken
 	for c := range t.trigger {
-		if t.wrote >= t.limit {
+		if t.wrote >= t.limit || c.Start.Add(c.Latency).Before(last) {
+			// Enough, or the call is in the last snapshot already.
 			continue
 		}
 		time.Sleep(traceAfter) // let the snapshot show what followed the call
 		t.wrote++
+		last = time.Now()
 		path := t.path + "." + strconv.Itoa(t.wrote)
 		if err := t.writeSnapshot(path); err != nil {
 			if t.err == nil {

@@ -133,6 +133,12 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	if !quiet {
 		cfg.Progress = stderr
 	}
+	if execTraceSlow < 0 || execTraceMax < 1 {
+		return fmt.Errorf("-exectrace-slow must not be negative and -exectrace-max must be at least 1, got %s and %d", execTraceSlow, execTraceMax)
+	}
+	if execTrace != "" && soak != 0 {
+		return errors.New("-exectrace traces the scenarios, not -soak")
+	}
 	if serverMemProfile != "" && (soak == 0 || !serverProcess) {
 		return errors.New("-server-memprofile needs -soak and -server-process")
 	}
@@ -170,9 +176,6 @@ func run(ctx context.Context, args []string, _ func(string) string, stdout, stde
 	}
 	var tracer *execTracer
 	if execTrace != "" {
-		if execTraceSlow < 0 || execTraceMax < 1 {
-			return fmt.Errorf("-exectrace-slow must not be negative and -exectrace-max must be at least 1, got %s and %d", execTraceSlow, execTraceMax)
-		}
 		var err error
 		if tracer, err = startExecTrace(execTrace, execTraceSlow, execTraceMax, stderr); err != nil {
 			return fmt.Errorf("-exectrace: %w", err)

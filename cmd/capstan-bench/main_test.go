@@ -57,6 +57,9 @@ func TestHelpAndBadArguments(t *testing.T) {
 		{"bad weights window", []string{"-weights-window", "-1s"}, "weights window must be positive and weights windows at least 1, got -1s and 3"},
 		{"too many personalities", []string{"-many-personalities", "10000"}, "many personalities must be 1 to 9999, got 10000"},
 		{"bad held calls", []string{"-held-calls", "-2"}, "held calls must be 1 to 100000, got -2"},
+		{"negative exectrace slow", []string{"-exectrace", "t.out", "-exectrace-slow", "-1ms"}, "-exectrace-slow must not be negative and -exectrace-max must be at least 1, got -1ms and 10"},
+		{"no exectrace snapshot", []string{"-exectrace", "t.out", "-exectrace-max", "0"}, "-exectrace-slow must not be negative and -exectrace-max must be at least 1, got 5ms and 0"},
+		{"exectrace of a soak", []string{"-exectrace", "t.out", "-soak", "10"}, "-exectrace traces the scenarios, not -soak"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -102,6 +105,51 @@ func TestRunWritesTableJSONAndProfile(t *testing.T) {
 // process (this test binary, see TestMain) and checks that the report has
 // the server process's memory per retained result and the audit stream's
 // bytes per call, and that the child wrote its heap profile.
+// TestExecTrace: -exectrace-slow 0 traces the whole run to the file; a
+// threshold every call passes writes one snapshot per -exectrace-max, each
+// an execution trace with the slow calls marked. Not parallel: one
+// execution trace at a time per process.
+func TestExecTrace(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, slow string
+		files      []string
+	}{
+		{"whole run", "0", []string{"run.trace"}},
+		{"snapshots", "1ns", []string{"run.trace.1", "run.trace.2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sub := filepath.Join(dir, tc.name)
+			require.NoError(t, os.Mkdir(sub, 0o755))
+			var out, errb bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := run(ctx, []string{"-duration", "500ms", "-warmup", "50ms", "-repeats", "1", "-concurrency", "4", "-rate", "100",
+				"-scenarios", "capstan-echo/rate", "-dir", filepath.Join(sub, "store"), "-quiet",
+				"-exectrace", filepath.Join(sub, "run.trace"), "-exectrace-slow", tc.slow, "-exectrace-max", "2"}, noEnv, &out, &errb)
+			require.NoError(t, err, errb.String())
+			entries, err := os.ReadDir(sub)
+			require.NoError(t, err)
+			var got []string
+			for _, e := range entries {
+				if e.Name() != "store" {
+					got = append(got, e.Name())
+				}
+			}
+			require.Equal(t, tc.files, got)
+			for _, f := range got {
+				b, err := os.ReadFile(filepath.Join(sub, f))
+				require.NoError(t, err)
+				require.True(t, bytes.HasPrefix(b, []byte("go 1.")), "%s is an execution trace", f)
+				if tc.slow != "0" {
+					require.Contains(t, string(b), "capstan-bench.slow-call", "the slow calls are marked")
+					require.Contains(t, errb.String(), "exectrace: "+filepath.Join(sub, f)+": call ")
+				}
+			}
+		})
+	}
+}
+
 func TestSoakServerProcess(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
