@@ -219,3 +219,28 @@ func envValue(out, name string) string {
 	}
 	return ""
 }
+
+// TestPoolChildRunsAtTheWorkersPriority: a pool child unshares at the
+// lowest priority; the call's binary runs at the worker's.
+func TestPoolChildRunsAtTheWorkersPriority(t *testing.T) {
+	skipWithoutPool(t)
+	r := process.New(grant("nice"), process.Reach{}, resolver, process.Config{}, nil)
+	want := niceOf(t, os.Getpid())
+	for range 2 * zygote.PoolSize {
+		res, err := r.Run(context.Background(), tool.Command{Binary: "nice"})
+		require.NoError(t, err)
+		require.Equal(t, strconv.Itoa(want), strings.TrimSpace(string(res.Stdout)))
+	}
+}
+
+// niceOf returns the nice value of pid (field 19 of /proc/<pid>/stat).
+func niceOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	n, err := strconv.Atoi(f[16])
+	require.NoError(t, err)
+	return n
+}

@@ -232,15 +232,6 @@ func (s *server) spawn(r Request) (int, error) {
 	if s.dead {
 		return 0, errGone
 	}
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	tSend := ts.Nano() / 1000
-	defer func() {
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-		f, _ := os.OpenFile("/tmp/t3/zyabs", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		fmt.Fprintf(f, "G %d %d\n", tSend, ts.Nano()/1000)
-		f.Close()
-	}()
 	if err := unix.Sendmsg(int(s.conn.Fd()), h, unix.UnixRights(rights...), nil, 0); err != nil {
 		if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) {
 			return 0, s.gone()
