@@ -13,6 +13,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -436,6 +437,7 @@ static void zy_forget(struct zy_req *r) {
 // it is discarded (ZY_POOL_GONE), so it reaps them.
 
 #define ZY_POOL_FAILURES 3
+#define ZY_POOL_DELAY_MS 1
 
 struct zy_pooled {
 	int pid, ch;
@@ -628,7 +630,12 @@ static void __attribute__((noreturn)) zy_serve(int sock) {
 		for (int i = 0; i < nfds; i++) close(fds[i]);
 		zy_forget(&r);
 		zy_send(sock, ZY_REPLY, pid, err);
-		zy_pool_fill(sock);
+		// The pool is filled once the runner had the time to take the
+		// reply and wait for its child (a clone now would hold this CPU
+		// while the runner waits for it), and not while another request
+		// waits.
+		struct pollfd pfd = {.fd = sock, .events = POLLIN};
+		if (zy_pool_wanted && poll(&pfd, 1, ZY_POOL_DELAY_MS) == 0) zy_pool_fill(sock);
 	}
 }
 
