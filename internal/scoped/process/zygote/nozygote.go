@@ -15,6 +15,9 @@ import (
 // Arg0 is argv[0] of the zygote; it names the mode.
 const Arg0 = "capstan-sandbox-zygote"
 
+// PoolSize is 0: this build has no zygote, and no pool.
+const PoolSize = 0
+
 // Available reports whether this binary has the zygote: false without cgo.
 func Available() bool { return false }
 

@@ -24,6 +24,25 @@
 // the launcher's format, so the runner reads both paths with
 // launcher.Await.
 //
+// Once a request with NetNS and Tmp came, the zygote keeps PoolSize
+// children forked ahead of demand that have done what no request decides:
+// each closed every descriptor but its channel to the zygote, took a
+// process group of its own, unshared a user, network and mount namespace
+// (ids mapped to themselves, loopback up) at the lowest priority, and
+// waits. Such a request is handed to the oldest: the zygote gives it its
+// priority back, moves it into the call's cgroups (v2 and v1) and forwards
+// the request; the child does the rest (listener, tmpfs, streams, no
+// capabilities, Landlock, seccomp) and executes the binary. A pool child
+// serves one request and sees no other (it was forked before its request
+// came, and the zygote wipes each request's buffers); it exits when the
+// zygote does, and the zygote exits when the worker closes the socket or
+// dies. A pool child that cannot be handed over (dead, refused by a
+// cgroup) is killed and the request served by a fresh clone; after three
+// such failures in a row the pool stops. Pool children are this process's
+// own children, like every child: the zygote announces each (born,
+// discarded), and Spawn reaps the discarded and, when the zygote is gone,
+// the rest.
+//
 // The zygote is built only with cgo (it is C); Available reports whether
 // this binary has it. It holds nothing of the worker: it starts with an
 // empty environment and /dev/null for its streams, in a process group of
@@ -53,6 +72,11 @@ import (
 
 // Arg0 is argv[0] of the zygote; it names the mode.
 const Arg0 = C.ZY_ARG0
+
+// PoolSize is how many children the zygote keeps forked ahead of demand,
+// in a user, network and mount namespace of their own, once a request
+// with NetNS and Tmp came (a child from the pool skips those steps).
+const PoolSize = C.ZY_POOL_SIZE
 
 // Available reports whether this binary has the zygote: true in a cgo
 // build on Linux.
@@ -98,10 +122,14 @@ type Request struct {
 
 // server is the running zygote.
 type server struct {
-	mu   sync.Mutex // one request at a time
+	mu   sync.Mutex // one request at a time; guards what follows
 	conn *os.File
 	cmd  *exec.Cmd
 	dead bool // the zygote exited: it is reaped and replaced
+	// pool holds the pids of the zygote's pool children not handed over
+	// (ZY_POOL_BORN): this process's children, reaped when the zygote is
+	// gone; discarded ones await their reaping (ZY_POOL_GONE).
+	pool, discarded map[int]bool
 }
 
 var (
@@ -177,7 +205,7 @@ func start() (*server, error) {
 		_ = ours.Close()
 		return nil, fmt.Errorf("zygote: start: %w", err)
 	}
-	return &server{conn: ours, cmd: c}, nil
+	return &server{conn: ours, cmd: c, pool: map[int]bool{}, discarded: map[int]bool{}}, nil
 }
 
 // spawn sends one request and reads its reply.
@@ -210,35 +238,106 @@ func (s *server) spawn(r Request) (int, error) {
 		}
 		return 0, fmt.Errorf("zygote: send: %w", err)
 	}
-	var rep [8]byte
+	s.reapDiscarded()
+	for {
+		kind, pid, e, err := s.receive()
+		if err != nil {
+			return 0, err
+		}
+		switch kind {
+		case C.ZY_POOL_BORN:
+			s.pool[pid] = true
+		case C.ZY_POOL_GONE:
+			delete(s.pool, pid)
+			s.discarded[pid] = true
+		case C.ZY_REPLY:
+			if e != 0 {
+				return 0, fmt.Errorf("zygote: %w", syscall.Errno(e))
+			}
+			// A pool child handed over is the caller's to wait for.
+			delete(s.pool, pid)
+			return pid, nil
+		default:
+			return 0, fmt.Errorf("zygote: message of unknown kind %d", kind)
+		}
+	}
+}
+
+// receive reads one message of the zygote; s.mu is held. At the end of
+// the socket the zygote is gone (errGone).
+func (s *server) receive() (kind, pid int, errno syscall.Errno, err error) {
+	var rep [C.sizeof_struct_zy_reply]byte
 	for {
 		n, _, _, _, err := unix.Recvmsg(int(s.conn.Fd()), rep[:], nil, 0)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return 0, fmt.Errorf("zygote: receive: %w", err)
+			return 0, 0, 0, fmt.Errorf("zygote: receive: %w", err)
 		}
 		if n == 0 {
-			return 0, s.gone()
+			return 0, 0, 0, s.gone()
 		}
 		if n != len(rep) {
-			return 0, fmt.Errorf("zygote: short reply of %d bytes", n)
+			return 0, 0, 0, fmt.Errorf("zygote: short message of %d bytes", n)
 		}
-		break
+		word := func(i int) int32 { return int32(binary.NativeEndian.Uint32(rep[4*i:])) }
+		return int(word(0)), int(word(1)), syscall.Errno(word(2)), nil
 	}
-	pid := int32(binary.NativeEndian.Uint32(rep[0:4]))
-	if e := binary.NativeEndian.Uint32(rep[4:8]); e != 0 {
-		return 0, fmt.Errorf("zygote: %w", syscall.Errno(e))
-	}
-	return int(pid), nil
 }
 
-// gone marks the zygote dead and reaps it; s.mu is held.
+// reapDiscarded reaps the discarded pool children that have exited; s.mu
+// is held.
+func (s *server) reapDiscarded() {
+	for pid := range s.discarded {
+		var ws unix.WaitStatus
+		if got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); got == pid || (err != nil && err != unix.EINTR) {
+			delete(s.discarded, pid)
+		}
+	}
+}
+
+// gone marks the zygote dead and reaps it and its pool children (which
+// exit when it does; they are killed to be sure: being this process's
+// unreaped children, their pids name no other process); s.mu is held.
 func (s *server) gone() error {
 	s.dead = true
+	// Notices still queued name pool children too.
+	var rep [C.sizeof_struct_zy_reply]byte
+	for {
+		n, _, _, _, err := unix.Recvmsg(int(s.conn.Fd()), rep[:], nil, unix.MSG_DONTWAIT)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != len(rep) {
+			break
+		}
+		if pid := int(int32(binary.NativeEndian.Uint32(rep[4:]))); pid > 0 {
+			switch int32(binary.NativeEndian.Uint32(rep[0:])) {
+			case C.ZY_POOL_BORN:
+				s.pool[pid] = true
+			case C.ZY_POOL_GONE:
+				delete(s.pool, pid)
+				s.discarded[pid] = true
+			}
+		}
+	}
 	_ = s.conn.Close()
 	_ = s.cmd.Wait()
+	for pid := range s.pool {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		s.discarded[pid] = true
+	}
+	clear(s.pool)
+	for pid := range s.discarded {
+		var ws unix.WaitStatus
+		for {
+			if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
+				break
+			}
+		}
+	}
+	clear(s.discarded)
 	return errGone
 }
 

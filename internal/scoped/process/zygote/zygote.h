@@ -36,9 +36,19 @@ struct zy_header {
 	uint64_t tmp_access;
 };
 
-// zy_reply answers a request: the child's pid, or err (an errno) and -1.
+// Pool: the zygote keeps up to ZY_POOL_SIZE children forked ahead of
+// demand for requests with ZY_NETNS and ZY_TMPFS (see zygote.c).
+#define ZY_POOL_SIZE 4
+
+// Kinds of the zygote's messages to the runner.
+#define ZY_REPLY 0     // the answer to the request: pid, or err (an errno) and -1
+#define ZY_POOL_BORN 1 // pid is a pool child: the runner's own child, not yet handed over
+#define ZY_POOL_GONE 2 // pid, a pool child, was discarded unused (killed): reap it
+
+// zy_reply is one message of the zygote to the runner. Before the reply
+// to a request come the notices (ZY_POOL_*) sent since the last one.
 struct zy_reply {
-	int32_t pid, err;
+	int32_t kind, pid, err;
 };
 
 #endif
