@@ -165,6 +165,9 @@ func (s *Scheduler) Run(ctx context.Context) {
 // ctx ended. While every slot is taken it still discovers when discovery is
 // due, so the counts of calls waiting stay current.
 func (s *Scheduler) acquire(ctx context.Context) int {
+	if ctx.Err() != nil {
+		return 0
+	}
 	select {
 	case s.cfg.Slots <- struct{}{}:
 	default:

@@ -496,3 +496,30 @@ func TestKnownPersonalitiesGetLanesOnlyWhenFew(t *testing.T) {
 		require.Len(t, s.Lanes(), want, "%d known personalities", n)
 	}
 }
+
+// TestRunEndsWithItsContextWhileSlotsAreFree: Run returns once its context
+// ends, also when free slots would let it go on at once.
+func TestRunEndsWithItsContextWhileSlotsAreFree(t *testing.T) {
+	t.Parallel()
+	// No lane at all: every round gives the slots back and idles, which
+	// a context that ended does not wait for.
+	f := newFakeBus()
+	s := New(Config{
+		Slots: make(chan struct{}, 8),
+		Deliver: func(_ *bus.Msg, done func()) {
+			done()
+		},
+		Bus:           f,
+		BusyDiscovery: time.Millisecond, IdleDiscovery: time.Millisecond,
+		IdleWait: time.Millisecond, SharedIdleWait: time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run went on for 10 s after its context ended")
+	}
+}
