@@ -10,6 +10,7 @@ var (
 	EventCount  = eventCount
 	Owner       = owner
 	OwnerAlive  = ownerAlive
+	StatFields  = statFields
 )
 
 // Probes are the inputs of newStatus, for tests.

@@ -1,6 +1,7 @@
 package process_test
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -202,4 +203,25 @@ func alive(pid int) bool {
 		return s[i+2] != 'Z' && s[i+2] != 'X'
 	}
 	return true
+}
+
+// startLeaveBehind starts this test binary as a worker that starts
+// `sleep 60` through a runner with TmpDir root and waits to be killed
+// (the helper leave-behind). It returns the worker and the sleep's pid,
+// which the test's cleanup kills.
+func startLeaveBehind(t *testing.T, root string) (*exec.Cmd, int) {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	c := exec.Command(exe)
+	c.Env = []string{helperEnv + "=leave-behind", tmpEnv + "=" + root, "PATH=" + os.Getenv("PATH")}
+	out, err := c.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, c.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	sleepPID, err := strconv.Atoi(strings.TrimSpace(line))
+	require.NoError(t, err, "helper said %q", line)
+	t.Cleanup(func() { _ = syscall.Kill(sleepPID, syscall.SIGKILL) })
+	return c, sleepPID
 }

@@ -42,22 +42,27 @@ var owner = sync.OnceValue(func() string {
 // startTime returns the start time of process pid (field 22 of
 // /proc/<pid>/stat), 0 when it cannot be read.
 func startTime(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	// Fields after the command: state is field 3, start time field 22.
-	f := strings.Fields(s[i+1:])
+	f := statFields(pid)
 	if len(f) < 20 {
 		return 0
 	}
 	n, _ := strconv.ParseUint(f[19], 10, 64)
 	return n
+}
+
+// statFields returns the fields of /proc/<pid>/stat after the command (the
+// state, field 3, first), nil when it cannot be read.
+func statFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
 }
 
 // ownerAlive reports whether the process named by an owner string runs.

@@ -1,15 +1,12 @@
 package process_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -110,18 +107,7 @@ func TestSweep(t *testing.T) {
 	long := time.Now().Add(-48 * time.Hour)
 	require.NoError(t, os.Chtimes(old, long, long))
 
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	c := exec.Command(exe)
-	c.Env = []string{helperEnv + "=leave-behind", tmpEnv + "=" + root, "PATH=" + os.Getenv("PATH")}
-	out, err := c.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, c.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	sleepPID, err := strconv.Atoi(strings.TrimSpace(line))
-	require.NoError(t, err, "helper said %q", line)
-	t.Cleanup(func() { _ = syscall.Kill(sleepPID, syscall.SIGKILL) })
+	c, sleepPID := startLeaveBehind(t, root)
 	helperOwner := fmt.Sprintf("%d.", c.Process.Pid)
 	require.NoError(t, c.Process.Kill())
 	_ = c.Wait()

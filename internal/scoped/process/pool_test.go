@@ -1,11 +1,9 @@
 package process_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,16 +62,7 @@ func poolChildren(t *testing.T, worker int) []int {
 
 // parentOf returns the parent pid of pid, 0 when it cannot be read.
 func parentOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
+	f := process.StatFields(pid)
 	if len(f) < 2 {
 		return 0
 	}
@@ -152,20 +141,9 @@ func TestPoolDiscardsDeadChildren(t *testing.T) {
 func TestPoolChildrenDieWithTheWorker(t *testing.T) {
 	skipWithoutPool(t)
 	root := realTempDir(t)
-	exe, err := os.Executable()
-	require.NoError(t, err)
 	// A worker that starts one confined child (so its zygote fills its
 	// pool) and waits to be killed.
-	c := exec.Command(exe)
-	c.Env = []string{helperEnv + "=leave-behind", tmpEnv + "=" + root, "PATH=" + os.Getenv("PATH")}
-	out, err := c.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, c.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	sleepPID, err := strconv.Atoi(strings.TrimSpace(line))
-	require.NoError(t, err, "helper said %q", line)
-	t.Cleanup(func() { _ = syscall.Kill(sleepPID, syscall.SIGKILL) })
+	c, _ := startLeaveBehind(t, root)
 	pool := fullPool(t, c.Process.Pid)
 
 	require.NoError(t, c.Process.Kill())
