@@ -2,8 +2,12 @@ package argschema
 
 import (
 	"encoding/json"
+	"io"
 	"slices"
 	"strconv"
+
+	"github.com/capstanhq/capstan/internal/jsonscan"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // fastNode is one schema of the subset of JSON Schema most tool argument
@@ -219,4 +223,169 @@ func integer(v any) (int64, bool) {
 	}
 	i, err := strconv.ParseInt(string(num), 10, 64)
 	return i, err == nil
+}
+
+// validArgs is valid over args as they are, one JSON document, read once
+// without building its value: no map, slice or string is allocated for
+// it. It is stricter than valid on decode's value only where a member is
+// repeated (every occurrence must be valid, where decode keeps the last),
+// and answers false for anything it cannot be sure of.
+func (n *fastNode) validArgs(args []byte) bool {
+	dec, release := jsonscan.Decoder(args)
+	defer release()
+	if dec.PeekKind() != '{' || !n.validNext(dec) {
+		return false
+	}
+	_, err := dec.ReadToken()
+	return err == io.EOF
+}
+
+// validNext is valid for the next value of dec, which it reads.
+func (n *fastNode) validNext(dec *jsontext.Decoder) bool {
+	k := dec.PeekKind()
+	switch n.typ {
+	case "":
+	case "object":
+		if k != '{' {
+			return false
+		}
+	case "array":
+		if k != '[' {
+			return false
+		}
+	case "string":
+		if k != '"' {
+			return false
+		}
+	case "integer", "number":
+		if k != '0' {
+			return false
+		}
+	case "boolean":
+		if k != 't' && k != 'f' {
+			return false
+		}
+	case "null":
+		if k != 'n' {
+			return false
+		}
+	}
+	if n.enum != nil && k != '"' {
+		return false
+	}
+	switch k {
+	case '{':
+		return n.validObject(dec)
+	case '[':
+		if _, err := dec.ReadToken(); err != nil {
+			return false
+		}
+		for dec.PeekKind() != ']' {
+			if n.items != nil {
+				if !n.items.validNext(dec) {
+					return false
+				}
+			} else if dec.SkipValue() != nil {
+				return false
+			}
+		}
+		_, err := dec.ReadToken()
+		return err == nil
+	case '"':
+		raw, err := dec.ReadValue()
+		if err != nil {
+			return false
+		}
+		if n.enum == nil {
+			return true
+		}
+		var buf [64]byte
+		s, err := jsontext.AppendUnquote(buf[:0], raw)
+		return err == nil && slices.ContainsFunc(n.enum, func(e string) bool { return e == string(s) })
+	case '0':
+		raw, err := dec.ReadValue()
+		if err != nil {
+			return false
+		}
+		if n.typ != "integer" && n.min == nil && n.max == nil {
+			return true
+		}
+		i, ok := parseInteger(raw)
+		return ok && (n.min == nil || i >= *n.min) && (n.max == nil || i <= *n.max)
+	case 't', 'f', 'n':
+		_, err := dec.ReadToken()
+		return err == nil
+	}
+	return false
+}
+
+// validObject is validNext for an object.
+func (n *fastNode) validObject(dec *jsontext.Decoder) bool {
+	if len(n.required) > 64 {
+		return false
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return false
+	}
+	var seen uint64
+	var buf [64]byte
+	for dec.PeekKind() != '}' {
+		raw, err := dec.ReadValue()
+		if err != nil {
+			return false
+		}
+		name, err := jsontext.AppendUnquote(buf[:0], raw)
+		if err != nil {
+			return false
+		}
+		for i, r := range n.required {
+			if r == string(name) {
+				seen |= 1 << i
+			}
+		}
+		p, ok := n.props[string(name)]
+		switch {
+		case ok:
+			if !p.validNext(dec) {
+				return false
+			}
+		case n.closed:
+			return false
+		default:
+			if dec.SkipValue() != nil {
+				return false
+			}
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return false
+	}
+	return seen == 1<<len(n.required)-1
+}
+
+// parseInteger is strconv.ParseInt of a JSON number's literal, without
+// the error's allocation: false for a literal that is not an integer (a
+// fraction or an exponent) or does not fit an int64.
+func parseInteger(raw []byte) (int64, bool) {
+	neg := len(raw) > 0 && raw[0] == '-'
+	if neg {
+		raw = raw[1:]
+	}
+	if len(raw) == 0 || len(raw) > 19 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0')
+	}
+	switch {
+	case neg && u <= 1<<63:
+		return int64(-u), true
+	case !neg && u < 1<<63:
+		return int64(u), true
+	}
+	return 0, false
 }

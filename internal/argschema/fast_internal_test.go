@@ -77,6 +77,7 @@ func TestFastAnswersValidCalls(t *testing.T) {
 		v, err := decode([]byte(tc.args))
 		require.NoError(t, err)
 		require.Equal(t, tc.fast, s.fast.valid(v), tc.args)
+		require.Equal(t, tc.fast, s.fast.validArgs([]byte(tc.args)), "read once: %s", tc.args)
 		if tc.fast {
 			require.NoError(t, s.sch.Validate(v), tc.args)
 		}
@@ -94,12 +95,23 @@ func FuzzFastAgreesWithLibrary(f *testing.F) {
 	f.Add(`{"text":"hi","sleep_ms":1e1,"progress":[{"message":"m","percent":100,"audience":"dashboard"}]}`)
 	f.Add(`{"b":true,"n":null,"i":-5,"e":"a","o":{"x":3,"y":"z"},"l":[1,"a"],"any":{"q":[]}}`)
 	f.Add(`{"b":false,"i":-9223372036854775809,"o":{"x":-0}}`)
+	f.Add(`{"text":"a","text":1}`)
+	f.Add(`{"b":true,"e":"\u0061","i":-9223372036854775808}`)
 	f.Fuzz(func(t *testing.T, args string) {
 		v, err := decode([]byte(args))
 		if err != nil {
+			for i, s := range schemas {
+				if s.fast.validArgs([]byte(args)) {
+					t.Fatalf("schema %d: the subset reads %q as valid, decode refuses it: %v", i, args, err)
+				}
+			}
 			return
 		}
 		for i, s := range schemas {
+			// Read once, the subset is at least as strict as on the value.
+			if s.fast.validArgs([]byte(args)) && !s.fast.valid(v) {
+				t.Fatalf("schema %d: the subset reads %s as valid, its value is not", i, args)
+			}
 			if s.fast.valid(v) {
 				if err := s.sch.Validate(v); err != nil {
 					t.Fatalf("schema %d: the subset accepts %s, the library refuses it: %v", i, args, err)
@@ -107,4 +119,30 @@ func FuzzFastAgreesWithLibrary(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestFastReadOnceEdges(t *testing.T) {
+	t.Parallel()
+	s := compileInternal(t, subsetSchemas[1])
+	for _, tc := range []struct {
+		args string
+		fast bool
+	}{
+		{`{"b":true}`, true},
+		{`{"b":true,"e":"\u0061"}`, true},                    // an escaped enum value
+		{`{"b":true,"\u0062":false}`, true},                  // an escaped member name
+		{`{"b":true,"o":{"x":-9223372036854775808}}`, true},  // the smallest int64
+		{`{"b":true,"o":{"x":-9223372036854775809}}`, false}, // past it: the library's
+		{`{"b":true,"o":{"x":3,"y":[1,{"z":null}]}}`, true},  // open object, skipped values
+		{`{"b":true,"o":{"x":4}}`, false},
+		{`{"b":true,"e":"c"}`, false},
+		{`{"b":true,"e":1}`, false},
+		{`{"b":true,"n":0}`, false},
+		{`{"b":true} {}`, false},    // data after the value
+		{`[{"b":true}]`, false},     // not an object
+		{`{"b":true,"b":1}`, false}, // a repeated member: every occurrence must be valid
+		{`{"i":1}`, false},          // b is required
+	} {
+		require.Equal(t, tc.fast, s.fast.validArgs([]byte(tc.args)), tc.args)
+	}
 }

@@ -98,6 +98,9 @@ func (s *Schema) Validate(args json.RawMessage) error {
 	if len(bytes.TrimSpace(args)) == 0 {
 		args = json.RawMessage(`{}`)
 	}
+	if s.fast != nil && s.fast.validArgs(args) {
+		return nil
+	}
 	v, err := decode(args)
 	if err != nil {
 		return fmt.Errorf("%w: args must be a JSON object, got invalid JSON: %v", ErrInvalidArguments, err)
