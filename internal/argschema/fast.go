@@ -13,7 +13,7 @@ import (
 // fastNode is one schema of the subset of JSON Schema most tool argument
 // schemas are written in: a single type; properties, required and
 // additionalProperties (true or false); items; minimum and maximum as
-// integers; enum of strings; and annotations. valid answers only "valid
+// integers; enum of strings; and annotations. validArgs answers only "valid
 // for certain": a false means "the library decides" (Schema.Validate then
 // runs it, for the verdict and the message). So the subset never changes
 // what is accepted or refused, nor a message; it spares the valid calls
@@ -135,101 +135,12 @@ func fastSchema(doc any, root bool) *fastNode {
 	return n
 }
 
-// valid reports whether v (as decode returns it) is valid for certain; false
-// means "not known to be": invalid, or outside the subset's reach (a number
-// that is not an integer literal, checked against a bound or as an integer).
-func (n *fastNode) valid(v any) bool {
-	switch n.typ {
-	case "":
-	case "object":
-		if _, ok := v.(map[string]any); !ok {
-			return false
-		}
-	case "array":
-		if _, ok := v.([]any); !ok {
-			return false
-		}
-	case "string":
-		if _, ok := v.(string); !ok {
-			return false
-		}
-	case "integer":
-		if _, ok := integer(v); !ok {
-			return false
-		}
-	case "number":
-		if _, ok := v.(json.Number); !ok {
-			return false
-		}
-	case "boolean":
-		if _, ok := v.(bool); !ok {
-			return false
-		}
-	case "null":
-		if v != nil {
-			return false
-		}
-	}
-	switch v := v.(type) {
-	case map[string]any:
-		for _, r := range n.required {
-			if _, ok := v[r]; !ok {
-				return false
-			}
-		}
-		for k, pv := range v {
-			p, ok := n.props[k]
-			if !ok {
-				if n.closed {
-					return false
-				}
-				continue
-			}
-			if !p.valid(pv) {
-				return false
-			}
-		}
-	case []any:
-		if n.items != nil {
-			for _, e := range v {
-				if !n.items.valid(e) {
-					return false
-				}
-			}
-		}
-	case json.Number:
-		if n.min != nil || n.max != nil {
-			i, ok := integer(v)
-			if !ok || (n.min != nil && i < *n.min) || (n.max != nil && i > *n.max) {
-				return false
-			}
-		}
-	}
-	if n.enum != nil {
-		s, ok := v.(string)
-		if !ok || !slices.Contains(n.enum, s) {
-			return false
-		}
-	}
-	return true
-}
-
-// integer returns v as an int64 when it is a number written as an integer
-// literal that fits one.
-func integer(v any) (int64, bool) {
-	num, ok := v.(json.Number)
-	if !ok {
-		return 0, false
-	}
-	i, err := strconv.ParseInt(string(num), 10, 64)
-	return i, err == nil
-}
-
-// validArgs is valid over args as they are, one JSON document, read once
-// without building its value: no map, slice or string is allocated for
-// it. It is stricter than valid on decode's value only where a member is
-// repeated (every occurrence must be valid, where decode keeps the last),
-// and answers false for anything it cannot be sure of.
+// validArgs reports whether args, one JSON document, is valid for certain;
+// false means "not known to be": invalid, or outside the subset's reach (a
+// number that is not an integer literal, checked against a bound or as an
+// integer; a member repeated with an occurrence that is not valid, where
+// decode keeps the last). It reads args once without building their
+// value: no map, slice or string is allocated for it.
 func (n *fastNode) validArgs(args []byte) bool {
 	dec, release := jsonscan.Decoder(args)
 	defer release()
@@ -240,7 +151,7 @@ func (n *fastNode) validArgs(args []byte) bool {
 	return err == io.EOF
 }
 
-// validNext is valid for the next value of dec, which it reads.
+// validNext is validArgs for the next value of dec, which it reads.
 func (n *fastNode) validNext(dec *jsontext.Decoder) bool {
 	k := dec.PeekKind()
 	switch n.typ {

@@ -108,9 +108,6 @@ func (s *Schema) Validate(args json.RawMessage) error {
 	if _, ok := v.(map[string]any); !ok {
 		return fmt.Errorf("%w: args must be an object, got %s (type)", ErrInvalidArguments, jsonTypeOf(v))
 	}
-	if s.fast != nil && s.fast.valid(v) {
-		return nil
-	}
 	err = s.sch.Validate(v)
 	if err == nil {
 		return nil
