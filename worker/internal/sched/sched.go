@@ -139,8 +139,12 @@ func New(cfg Config) *Scheduler {
 // under way to end.
 func (s *Scheduler) Run(ctx context.Context) {
 	defer s.polls.Wait()
+	// One ticker for every wait for a slot (awaitSlot): at saturation a
+	// round waits for one at once.
+	counts := time.NewTicker(s.cfg.IdleDiscovery)
+	defer counts.Stop()
 	for {
-		n := s.acquire(ctx)
+		n := s.acquire(ctx, counts.C)
 		if n == 0 {
 			return
 		}
@@ -162,16 +166,16 @@ func (s *Scheduler) Run(ctx context.Context) {
 }
 
 // acquire waits for one free slot and takes every other free one; 0 when
-// ctx ended. While every slot is taken it still discovers when discovery is
-// due, so the counts of calls waiting stay current.
-func (s *Scheduler) acquire(ctx context.Context) int {
+// ctx ended. While every slot is taken it reads the counts of calls
+// waiting at every tick of counts (awaitSlot).
+func (s *Scheduler) acquire(ctx context.Context, counts <-chan time.Time) int {
 	if ctx.Err() != nil {
 		return 0
 	}
 	select {
 	case s.cfg.Slots <- struct{}{}:
 	default:
-		if !s.awaitSlot(ctx) {
+		if !s.awaitSlot(ctx, counts) {
 			return 0
 		}
 	}
@@ -188,22 +192,20 @@ func (s *Scheduler) acquire(ctx context.Context) int {
 }
 
 // awaitSlot waits for a free slot and takes it, reading the counts of
-// calls waiting every IdleDiscovery meanwhile (they are the lanes'
-// waiting in metrics, and a lane found with calls waiting is ready for the
-// next free slot); false when ctx ended.
-func (s *Scheduler) awaitSlot(ctx context.Context) bool {
-	t := time.NewTicker(s.cfg.IdleDiscovery)
-	defer t.Stop()
+// calls waiting at every tick of counts meanwhile (every IdleDiscovery:
+// they are the lanes' waiting in metrics, and a lane found with calls
+// waiting is ready for the next free slot); false when ctx ended.
+func (s *Scheduler) awaitSlot(ctx context.Context, counts <-chan time.Time) bool {
 	for {
 		select {
 		case s.cfg.Slots <- struct{}{}:
 			return true
 		case <-ctx.Done():
 			return false
-		case <-t.C:
-			if counts, err := s.cfg.Bus.Waiting(ctx); err == nil {
+		case <-counts:
+			if waiting, err := s.cfg.Bus.Waiting(ctx); err == nil {
 				s.mu.Lock()
-				s.count(counts)
+				s.count(waiting)
 				s.mu.Unlock()
 			}
 		}
