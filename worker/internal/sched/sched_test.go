@@ -83,6 +83,14 @@ type fakeBus struct {
 
 func newFakeBus() *fakeBus { return &fakeBus{queues: map[string]*fakeQueue{}} }
 
+// forget makes the server forget p's consumer: its pulls fail with
+// bus.ErrConsumerGone until the lane is opened again.
+func (f *fakeBus) forget(p string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queues[p].gone = true
+}
+
 func (f *fakeBus) queue(p string) *fakeQueue {
 	q, ok := f.queues[p]
 	if !ok {
@@ -422,9 +430,7 @@ func TestGoneConsumerIsOpenedAgain(t *testing.T) {
 	first := next(t, ch)
 	require.Equal(t, "1", first.id)
 	first.done()
-	f.mu.Lock()
-	f.queues["a"].gone = true
-	f.mu.Unlock()
+	f.forget("a")
 	f.publish("a", "2", "3")
 	for _, want := range []string{"2", "3"} {
 		s := next(t, ch)
@@ -462,9 +468,7 @@ func TestIdleLaneIsRetiredAndComesBackWithItsNextCall(t *testing.T) {
 	first := next(t, ch)
 	require.Equal(t, "1", first.id)
 	first.done()
-	f.mu.Lock()
-	f.queues["quiet"].gone = true
-	f.mu.Unlock()
+	f.forget("quiet")
 	require.Eventually(t, func() bool { return !hasLane() }, 10*time.Second, time.Millisecond, "the idle lane is retired")
 	f.publish("quiet", "2")
 	second := next(t, ch)
